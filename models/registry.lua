@@ -51,36 +51,48 @@ R.FAMILIES = {
 }
 
 -- Presets in examples/configs/<name>.json with the parameter count each
--- model's publisher (or its safetensors header) gives. `verbatim` tells
+-- model's publisher (or its safetensors header) gives. `hf` lists every hub
+-- id whose config.json has the same shapes (layers, widths, heads, vocabulary,
+-- tying): the one the file came from first, then base/instruct/thinking
+-- variants; stdlib/resolve.lua finds a preset by any of them. `verbatim` tells
 -- whether the file is the published config.json unchanged; see
 -- examples/configs/README.md.
 R.PRESETS = {
-  { name = "qwen2_5_1_5b_instruct", hf = "Qwen/Qwen2.5-1.5B-Instruct", verbatim = true,
+  { name = "qwen2_5_1_5b_instruct", hf = { "Qwen/Qwen2.5-1.5B-Instruct", "Qwen/Qwen2.5-1.5B" },
+    verbatim = true,
     published = 1543714304 },
-  { name = "qwen2_5_7b_instruct", hf = "Qwen/Qwen2.5-7B-Instruct", verbatim = true,
+  { name = "qwen2_5_7b_instruct", hf = { "Qwen/Qwen2.5-7B-Instruct", "Qwen/Qwen2.5-7B" },
+    verbatim = true,
     published = 7615616512 },
-  { name = "qwen3_4b_instruct_2507", hf = "Qwen/Qwen3-4B-Instruct-2507", verbatim = false,
+  { name = "qwen3_4b_instruct_2507", hf = { "Qwen/Qwen3-4B-Instruct-2507",
+    "Qwen/Qwen3-4B-Thinking-2507" }, verbatim = false,
     published = 4022468096 },
-  { name = "llama_3_8b", hf = "meta-llama/Meta-Llama-3-8B", verbatim = true,
+  { name = "llama_3_8b", hf = { "meta-llama/Meta-Llama-3-8B",
+    "meta-llama/Meta-Llama-3-8B-Instruct", "NousResearch/Meta-Llama-3-8B" }, verbatim = true,
     published = 8030261248 },
-  { name = "mistral_7b_v0_1", hf = "mistralai/Mistral-7B-v0.1", verbatim = true,
+  { name = "mistral_7b_v0_1", hf = { "mistralai/Mistral-7B-v0.1",
+    "mistralai/Mistral-7B-Instruct-v0.1" }, verbatim = true,
     published = 7241732096 },
-  { name = "qwen2_vl_2b_instruct", hf = "Qwen/Qwen2-VL-2B-Instruct", verbatim = true,
+  { name = "qwen2_vl_2b_instruct", hf = { "Qwen/Qwen2-VL-2B-Instruct", "Qwen/Qwen2-VL-2B" },
+    verbatim = true,
     published = 2208985600 },
-  { name = "qwen3_vl_4b_instruct", hf = "Qwen/Qwen3-VL-4B-Instruct", verbatim = true,
+  { name = "qwen3_vl_4b_instruct", hf = { "Qwen/Qwen3-VL-4B-Instruct",
+    "Qwen/Qwen3-VL-4B-Thinking" }, verbatim = true,
     published = 4437815808 },
-  { name = "internvl2_2b", hf = "OpenGVLab/InternVL2-2B", verbatim = false,
+  { name = "internvl2_2b", hf = { "OpenGVLab/InternVL2-2B" }, verbatim = false,
     published = 2205754368 },
-  { name = "internvl3_2b", hf = "OpenGVLab/InternVL3-2B", verbatim = false,
+  { name = "internvl3_2b", hf = { "OpenGVLab/InternVL3-2B" }, verbatim = false,
     published = 2088957440 },
-  { name = "paligemma_3b_mix_224", hf = "google/paligemma-3b-mix-224", verbatim = false,
+  { name = "paligemma_3b_mix_224", hf = { "google/paligemma-3b-mix-224",
+    "google/paligemma-3b-pt-224" }, verbatim = false,
     published = 2923466480 },
-  { name = "siglip2_so400m_patch16_512", hf = "google/siglip2-so400m-patch16-512",
+  { name = "siglip2_so400m_patch16_512", hf = { "google/siglip2-so400m-patch16-512" },
     verbatim = false, published = 1136555698 },
   { name = "mistral_small_3_1_24b_instruct_2503",
-    hf = "mistralai/Mistral-Small-3.1-24B-Instruct-2503", verbatim = true,
+    hf = { "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
+      "mistralai/Mistral-Small-3.1-24B-Base-2503" }, verbatim = true,
     published = 24011361280 },
-  { name = "yxanul_197m", hf = "(no Hub repository; yxanul/yxanul_0.6B on GitHub)",
+  { name = "yxanul_197m", hf = {} --[[ no Hub repository; yxanul/yxanul_0.6B on GitHub ]],
     verbatim = false, published = nil },
 }
 

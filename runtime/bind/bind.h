@@ -27,6 +27,7 @@ struct vr_tape;
 int vb_tape_take_trace(lua_State *L, struct vr_tape *t); /* pushes a vram.trace or nothing */
 int vb_open_json(lua_State *L);    /* pushes the vram.json table */
 int vb_open_yaml(lua_State *L);    /* pushes the vram.yaml table */
+int vb_open_text(lua_State *L);    /* pushes the vram.text table (lfiles.c) */
 
 /* Shared by the loaders (runtime/loaders/ljson.c). */
 void *vb_json_null(void);                       /* the null sentinel */

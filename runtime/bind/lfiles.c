@@ -128,3 +128,19 @@ void vb_check_read(lua_State *L, const char *path) {
              "command line; --trust lifts this)",
              path);
 }
+
+/* text.load(path): the file's bytes as a string, under the same read rule as
+ * the JSON and YAML loaders (engine command lines, Hugging Face cache refs). */
+static int l_text_load(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  vb_check_read(L, path);
+  lua_settop(L, 1);
+  vb_read_file(L, path);
+  return 1;
+}
+
+int vb_open_text(lua_State *L) {
+  static const luaL_Reg funcs[] = {{"load", l_text_load}, {NULL, NULL}};
+  luaL_newlib(L, funcs);
+  return 1;
+}

@@ -164,5 +164,7 @@ int luaopen_vram(lua_State *L) {
   lua_setfield(L, -2, "json");
   vb_open_yaml(L);
   lua_setfield(L, -2, "yaml");
+  vb_open_text(L);
+  lua_setfield(L, -2, "text");
   return 1;
 }

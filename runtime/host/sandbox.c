@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../bind/bind.h"
 #include "../bind/lfiles.h"
@@ -402,6 +403,20 @@ static bool same_dir(const char *a, const char *b) {
   return realpath(a, ra) && realpath(b, rb) && strcmp(ra, rb) == 0;
 }
 
+/* The Hugging Face hub cache, in huggingface_hub's order: $HF_HUB_CACHE,
+ * $HF_HOME/hub, $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub.
+ * Empty when none can be formed. */
+static void hf_hub_cache(char *out, size_t n) {
+  const char *v;
+  int w = -1;
+  out[0] = '\0';
+  if ((v = getenv("HF_HUB_CACHE")) && v[0]) w = snprintf(out, n, "%s", v);
+  else if ((v = getenv("HF_HOME")) && v[0]) w = snprintf(out, n, "%s/hub", v);
+  else if ((v = getenv("XDG_CACHE_HOME")) && v[0]) w = snprintf(out, n, "%s/huggingface/hub", v);
+  else if ((v = getenv("HOME")) && v[0]) w = snprintf(out, n, "%s/.cache/huggingface/hub", v);
+  if (w < 0 || (size_t)w >= n) out[0] = '\0';
+}
+
 /* The read rule of the sandbox (lfiles.h). */
 static void restrict_reads(lua_State *L, const vh_limits *lim) {
   vb_files_restrict(L);
@@ -412,6 +427,15 @@ static void restrict_reads(lua_State *L, const vh_limits *lim) {
   int n = snprintf(cli, sizeof cli, "%s/scripts/cli", lim->search->share);
   bool builtin = lim->script_dir[0] && n > 0 && (size_t)n < sizeof cli &&
                  same_dir(lim->script_dir, cli);
+  /* the built-in commands also read what a training config names relative
+   * to the directory it is run from (a DeepSpeed JSON) and model configs in
+   * the Hugging Face cache (stdlib/resolve.lua) */
+  if (builtin) {
+    char dir[VH_PATH_MAX];
+    if (getcwd(dir, sizeof dir)) vb_files_allow_tree(L, dir);
+    hf_hub_cache(dir, sizeof dir);
+    if (dir[0]) vb_files_allow_tree(L, dir);
+  }
   if (lim->argv) {
     for (int i = 1; i < lim->argc; i++)
       if (lim->argv[i]) allow_arg(L, lim->argv[i], builtin);
@@ -438,6 +462,12 @@ void vh_sandbox_open(lua_State *L, vh_limits *lim) {
     lua_rawseti(L, -2, i + 1);
   }
   lua_setfield(L, -2, "search_roots");
+  char hub[VH_PATH_MAX];
+  hf_hub_cache(hub, sizeof hub);
+  if (hub[0]) {
+    lua_pushstring(L, hub);
+    lua_setfield(L, -2, "hf_hub_cache");
+  }
   lua_pop(L, 1);
   lua_pushcfunction(L, l_require);
   lua_setglobal(L, "require");

@@ -49,6 +49,7 @@ local MODULES = {
   "test_recipes",
   "test_models",
   "test_vision_tokens",
+  "test_resolve",
 }
 
 local T = { passed = 0, failed = 0, tmpfile = nil }
