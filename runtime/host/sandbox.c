@@ -289,31 +289,124 @@ static int l_co_wrap(lua_State *L) {
   return 1;
 }
 
-static const luaL_Reg safe_libs[] = {{LUA_GNAME, luaopen_base},
-                                     {LUA_TABLIBNAME, luaopen_table},
-                                     {LUA_STRLIBNAME, luaopen_string},
-                                     {LUA_MATHLIBNAME, luaopen_math},
-                                     {LUA_UTF8LIBNAME, luaopen_utf8},
-                                     {LUA_COLIBNAME, luaopen_coroutine},
-                                     {NULL, NULL}};
+/* ---- the allow-list --------------------------------------------------
+ * Everything a sandboxed script can reach is listed here; nothing else of
+ * the standard libraries exists in its state. Each library is opened into a
+ * scratch table that nothing keeps, and only the listed names are copied
+ * into the tables the script sees; package.loaded (what `require` returns
+ * for a built-in name) holds these same tables. tests/sandbox/reach.c walks
+ * everything reachable and compares it with tests/sandbox/reachable.txt. */
+static const char *const BASE_NAMES[] = {
+    "assert",   "collectgarbage", "error",  "getmetatable", "ipairs", "next",
+    "pairs",    "pcall",          "print",  "rawequal",     "rawget", "rawlen",
+    "rawset",   "select",         "tonumber", "tostring",   "type",   "_VERSION",
+    NULL}; /* load, setmetatable, xpcall and require: the sandbox's own */
+static const char *const STRING_NAMES[] = {
+    "byte", "char",     "find", "format", "gmatch",  "gsub", "len",   "lower",
+    "match", "pack",    "packsize", "rep", "reverse", "sub",  "unpack", "upper",
+    NULL}; /* no dump: load refuses binary chunks anyway */
+static const char *const TABLE_NAMES[] = {"concat", "insert", "pack", "remove",
+                                          "sort",   "unpack", NULL}; /* + move, charged */
+static const char *const MATH_NAMES[] = {
+    "abs", "acos", "asin",  "atan",       "ceil",     "cos",  "deg",  "exp",
+    "floor", "fmod", "huge", "log",       "max",      "maxinteger", "min", "mininteger",
+    "modf", "pi",   "rad",  "random",     "randomseed", "sin", "sqrt", "tan",
+    "tointeger", "type", "ult", NULL};
+static const char *const UTF8_NAMES[] = {"char", "charpattern", "codepoint", "codes",
+                                         "len",  "offset",      NULL};
+static const char *const COROUTINE_NAMES[] = {"create", "isyieldable", "resume", "running",
+                                              "status", "yield",       NULL}; /* + close, wrap */
+static const char *const OS_NAMES[] = {"clock", "date", "time", NULL};
+
+/* Opens a library into a table nothing registers and pushes a new table
+ * holding only `names` of it. */
+static void push_subset(lua_State *L, lua_CFunction open, const char *const *names) {
+  lua_pushcfunction(L, open);
+  lua_call(L, 0, 1);
+  lua_newtable(L);
+  for (int i = 0; names[i]; i++) {
+    lua_getfield(L, -2, names[i]);
+    lua_setfield(L, -2, names[i]);
+  }
+  lua_remove(L, -2);
+}
+
+/* __index of the globals: reading a global nobody set is an error naming
+ * it, as in redis, so a typo does not run on with nil. rawget(_G, k) still
+ * tests for one. */
+static int undefined_global(lua_State *L) {
+  if (lua_type(L, 2) != LUA_TSTRING) return 0; /* not a variable name: nil */
+  return luaL_error(L, "undefined global '%s'", lua_tostring(L, 2));
+}
+
+/* Sets t[name] to f, a C closure over the library's own function of that
+ * name (from a fresh copy of the library), which f calls after its check. */
+static void guard(lua_State *L, int t, lua_CFunction open, const char *name, lua_CFunction f) {
+  t = lua_absindex(L, t);
+  lua_pushcfunction(L, open);
+  lua_call(L, 0, 1);
+  lua_getfield(L, -1, name);
+  lua_pushcclosure(L, f, 1);
+  lua_setfield(L, t, name);
+  lua_pop(L, 1);
+}
+
+/* Adds lib (on top) as globals[name] and loaded[name]; pops it. */
+static void publish(lua_State *L, int globals, int loaded, const char *name) {
+  lua_pushvalue(L, -1);
+  lua_setfield(L, loaded, name);
+  lua_setfield(L, globals, name);
+}
 
 static void open_sandboxed(lua_State *L) {
-  for (const luaL_Reg *lib = safe_libs; lib->func; lib++) {
-    luaL_requiref(L, lib->name, lib->func, 1);
+  lua_newtable(L); /* the script's globals */
+  int globals = lua_gettop(L);
+  lua_newtable(L); /* package.loaded, as `require` sees it */
+  int loaded = lua_gettop(L);
+
+  /* base: luaopen_base fills the state's first globals table, which is
+   * replaced below and then unreachable */
+  push_subset(L, luaopen_base, BASE_NAMES);
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, globals);
+  }
+  lua_pop(L, 1);
+  lua_pushcfunction(L, l_load_text);
+  lua_setfield(L, globals, "load");
+  lua_pushcfunction(L, l_setmetatable);
+  lua_setfield(L, globals, "setmetatable");
+  guard(L, globals, luaopen_base, "xpcall", l_xpcall);
+  lua_pushvalue(L, globals);
+  publish(L, globals, loaded, LUA_GNAME);
+
+  /* string: its metatable (made by luaopen_string for every string) is
+   * pointed at the subset and locked: getmetatable("") gives "locked" and
+   * it cannot be changed, so a script cannot redirect the methods of every
+   * string */
+  push_subset(L, luaopen_string, STRING_NAMES);
+  lua_pushliteral(L, "");
+  if (lua_getmetatable(L, -1)) {
+    lua_pushvalue(L, -3);
+    lua_setfield(L, -2, "__index");
+    lua_pushliteral(L, "locked");
+    lua_setfield(L, -2, "__metatable");
     lua_pop(L, 1);
   }
-  static const char *const removed[] = {"dofile", "loadfile", NULL};
-  for (int i = 0; removed[i]; i++) {
-    lua_pushnil(L);
-    lua_setglobal(L, removed[i]);
-  }
-  lua_pushcfunction(L, l_load_text);
-  lua_setglobal(L, "load");
-  lua_pushcfunction(L, l_setmetatable);
-  lua_setglobal(L, "setmetatable");
-  lua_getglobal(L, "xpcall");
-  lua_pushcclosure(L, l_xpcall, 1);
-  lua_setglobal(L, "xpcall");
+  lua_pop(L, 1);
+  publish(L, globals, loaded, LUA_STRLIBNAME);
+
+  push_subset(L, luaopen_table, TABLE_NAMES);
+  guard(L, -1, luaopen_table, "move", l_table_move);
+  publish(L, globals, loaded, LUA_TABLIBNAME);
+
+  push_subset(L, luaopen_math, MATH_NAMES);
+  publish(L, globals, loaded, LUA_MATHLIBNAME);
+  push_subset(L, luaopen_utf8, UTF8_NAMES);
+  publish(L, globals, loaded, LUA_UTF8LIBNAME);
+
   /* coroutine.close and coroutine.wrap, aware of stopped coroutines */
   lua_newtable(L);
   lua_createtable(L, 0, 1);
@@ -321,39 +414,27 @@ static void open_sandboxed(lua_State *L) {
   lua_setfield(L, -2, "__mode");
   lua_setmetatable(L, -2);
   lua_setfield(L, LUA_REGISTRYINDEX, STOPPED_KEY);
-  lua_getglobal(L, LUA_COLIBNAME);
-  lua_getfield(L, -1, "close");
-  lua_pushcclosure(L, l_co_close, 1);
-  lua_setfield(L, -2, "close");
+  push_subset(L, luaopen_coroutine, COROUTINE_NAMES);
+  guard(L, -1, luaopen_coroutine, "close", l_co_close);
   lua_pushcfunction(L, l_co_wrap);
   lua_setfield(L, -2, "wrap");
-  lua_pop(L, 1);
-  /* table.move, charged */
-  lua_getglobal(L, LUA_TABLIBNAME);
-  lua_getfield(L, -1, "move");
-  lua_pushcclosure(L, l_table_move, 1);
-  lua_setfield(L, -2, "move");
-  lua_pop(L, 1);
-  /* the string metatable: getmetatable("") gives "locked" and it cannot be
-   * changed, so a script cannot redirect the methods of every string (its
-   * __index stays the `string` table, which holds nothing new) */
-  lua_pushliteral(L, "");
-  if (lua_getmetatable(L, -1)) {
-    lua_pushliteral(L, "locked");
-    lua_setfield(L, -2, "__metatable");
-    lua_pop(L, 1);
-  }
-  lua_pop(L, 1);
-  /* os: only the clock and calendar */
-  luaL_requiref(L, LUA_OSLIBNAME, luaopen_os, 0);
-  lua_createtable(L, 0, 3);
-  static const char *const keep[] = {"clock", "time", "date", NULL};
-  for (int i = 0; keep[i]; i++) {
-    lua_getfield(L, -2, keep[i]);
-    lua_setfield(L, -2, keep[i]);
-  }
-  lua_setglobal(L, "os");
-  lua_pop(L, 1);
+  publish(L, globals, loaded, LUA_COLIBNAME);
+
+  push_subset(L, luaopen_os, OS_NAMES); /* only the clock and calendar */
+  publish(L, globals, loaded, LUA_OSLIBNAME);
+
+  lua_createtable(L, 0, 2);
+  lua_pushcfunction(L, undefined_global);
+  lua_setfield(L, -2, "__index");
+  lua_pushliteral(L, "locked");
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, globals);
+
+  lua_pushvalue(L, loaded);
+  lua_setfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
+  lua_pushvalue(L, globals);
+  lua_rawseti(L, LUA_REGISTRYINDEX, LUA_RIDX_GLOBALS);
+  lua_pop(L, 2);
 }
 
 /* A file named on the command line may be read. For the built-in commands
@@ -366,36 +447,6 @@ static void allow_arg(lua_State *L, const char *arg, bool builtin) {
   char dir[VH_PATH_MAX];
   vh_dirname(arg, dir, sizeof dir);
   vb_files_allow_tree(L, dir);
-}
-
-/* Each argument of /proc/self/cmdline after argv[0], when the host did not
- * pass its argv. */
-static void allow_proc_cmdline(lua_State *L, bool builtin) {
-  FILE *f = fopen("/proc/self/cmdline", "rb");
-  if (!f) return;
-  char *buf = NULL;
-  size_t len = 0, cap = 0;
-  for (;;) {
-    if (len == cap) {
-      if (cap >= ((size_t)16 << 20)) break;
-      size_t ncap = cap ? cap * 2 : 4096;
-      char *nb = (char *)realloc(buf, ncap + 1);
-      if (!nb) break;
-      buf = nb;
-      cap = ncap;
-    }
-    size_t got = fread(buf + len, 1, cap - len, f);
-    if (got == 0) break;
-    len += got;
-  }
-  fclose(f);
-  if (buf) {
-    buf[len] = '\0';
-    size_t first = strnlen(buf, len) + 1; /* skip argv[0] */
-    for (size_t i = first; i < len; i += strlen(buf + i) + 1)
-      allow_arg(L, buf + i, builtin);
-  }
-  free(buf);
 }
 
 static bool same_dir(const char *a, const char *b) {
@@ -436,12 +487,8 @@ static void restrict_reads(lua_State *L, const vh_limits *lim) {
     hf_hub_cache(dir, sizeof dir);
     if (dir[0]) vb_files_allow_tree(L, dir);
   }
-  if (lim->argv) {
-    for (int i = 1; i < lim->argc; i++)
-      if (lim->argv[i]) allow_arg(L, lim->argv[i], builtin);
-  } else {
-    allow_proc_cmdline(L, builtin);
-  }
+  for (int i = 1; lim->argv && i < lim->argc; i++)
+    if (lim->argv[i]) allow_arg(L, lim->argv[i], builtin);
 }
 
 void vh_sandbox_open(lua_State *L, vh_limits *lim) {

@@ -1,17 +1,22 @@
 /* The Lua state a script runs in: which libraries it sees, how `require`
  * resolves, and the instruction and memory budgets.
  *
- * Sandboxed (the default): base (no dofile/loadfile; load takes text chunks
- * only; setmetatable refuses __gc, since finalizers run outside the
- * instruction budget), table (table.move is charged to the instruction
- * budget), string (its metatable is locked), math, utf8, coroutine, os.clock/
- * time/date, the `vram` module and `require`. Calls nest at most
- * VH_MAX_DEPTH deep. vram.json.load, vram.yaml.load and require read only
- * below the main script's directory, below the search roots (VRAMLUA_PATH
- * and the share directory) and files named on the command line (for the
- * built-in commands in the share directory's scripts/cli/, also the
- * directory trees of those files: a spec's config sits beside it); anything
- * else is refused with "PATH: outside the sandbox" (lfiles.h). The
+ * Sandboxed (the default): built from an allow-list (sandbox.c), never by
+ * removing things from full libraries: the safe part of base (no dofile,
+ * loadfile, warn; load takes text chunks only; setmetatable refuses __gc,
+ * since finalizers run outside the instruction budget), string without dump
+ * (its metatable is locked), table (table.move is charged to the
+ * instruction budget), math, utf8, coroutine, os.clock/time/date, the
+ * `vram` module and `require`. package.loaded holds these same tables and
+ * nothing else (no io, debug, package, full os). Reading a global nobody
+ * set raises "undefined global 'NAME'". Calls nest at most VH_MAX_DEPTH
+ * deep. tests/sandbox/reach.c checks everything reachable against
+ * tests/sandbox/reachable.txt. vram.json.load, vram.yaml.load and require
+ * read only below the main script's directory, below the search roots
+ * (VRAMLUA_PATH and the share directory) and files named on the command
+ * line (for the built-in commands in the share directory's scripts/cli/,
+ * also the directory trees of those files: a spec's config sits beside it);
+ * anything else is refused with "PATH: outside the sandbox" (lfiles.h). The
  * `vram` table carries share_dir and search_roots (VRAMLUA_PATH, then the
  * share directory) in both modes.
  *
@@ -37,8 +42,8 @@ typedef struct {
   int64_t instructions;
   const vh_search *search;
   char script_dir[VH_PATH_MAX];
-  /* the command line, whose existing files a sandboxed script may read;
-   * argv == NULL: taken from /proc/self/cmdline */
+  /* the command line, whose existing files a sandboxed script may read
+   * (argv == NULL: none) */
   int argc;
   char **argv;
 } vh_limits;

@@ -1,0 +1,2 @@
+local io = require("io")
+print(io.open("/etc/passwd"):read("a"))

@@ -1,0 +1,2 @@
+local n = 1
+print(n + undefined_variable)
