@@ -39,6 +39,7 @@ static const char USAGE[] =
     "\n"
     "Options (before COMMAND):\n"
     "  --trust                    lift the sandbox for your own scripts\n"
+    "  --debug                    a Lua traceback under an error's message\n"
     "  --max-instructions N       instruction budget (default 20000000000)\n"
     "  --max-memory MIB           Lua memory budget in MiB (default 4096)\n"
     "  --max-seconds S            CPU-time budget of a sandboxed run (default 300)\n"
@@ -57,48 +58,91 @@ static int usage_error(const char *fmt, const char *arg) {
   return EXIT_USAGE;
 }
 
-/* Message handler: a traceback for real failures; structured input errors
- * ({msg=..., code=...} tables raised by stdlib/errors.lua) pass unchanged. */
-static bool is_input_error(lua_State *L, int idx) {
-  if (!lua_istable(L, idx) || luaL_getmetafield(L, idx, "__tostring") != LUA_TNIL) {
-    if (lua_istable(L, idx)) lua_pop(L, 1);
-    return false;
-  }
-  bool has = lua_getfield(L, idx, "msg") == LUA_TSTRING;
-  lua_pop(L, 1);
-  return has;
+/* --debug: a traceback under the message of an error that is not a
+ * structured input error. Off by default: a user sees "file:line: message". */
+static bool show_traceback;
+
+/* Message handler: runs while the failed call's frames still exist, so it
+ * is the only place a traceback can be taken. It reads nothing of an error
+ * object but its type and leaves every non-string object unchanged: report()
+ * reads those, in a protected call. */
+static int msghandler(lua_State *L) {
+  if (show_traceback && lua_type(L, 1) == LUA_TSTRING)
+    luaL_traceback(L, L, lua_tostring(L, 1), 1);
+  return 1;
 }
 
-static int msghandler(lua_State *L) {
-  if (is_input_error(L, 1)) return 1;
-  const char *msg = lua_tostring(L, 1);
-  if (!msg) {
-    if (luaL_callmeta(L, 1, "__tostring") && lua_type(L, -1) == LUA_TSTRING) return 1;
-    msg = lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+/* describe(err) -> message, exit code. Runs under lua_pcall: whatever the
+ * object is (a table whose __index raises or loops, a __tostring that
+ * fails), reading it cannot panic the state. Structured input errors
+ * ({msg = STRING, code = N}, stdlib/errors.lua) are read raw, so no
+ * metamethod of the script runs for them. A script's code becomes an exit
+ * status only when it is an integer in 1..125: a failure, below the
+ * statuses the shell uses for signals. */
+static int describe(lua_State *L) {
+  lua_settop(L, 1);
+  lua_Integer code = 1;
+  if (lua_type(L, 1) == LUA_TTABLE) {
+    lua_pushliteral(L, "msg");
+    if (lua_rawget(L, 1) == LUA_TSTRING) {
+      lua_pushliteral(L, "code");
+      lua_rawget(L, 1);
+      int isint = 0;
+      lua_Integer c = lua_tointegerx(L, -1, &isint);
+      if (isint && c >= 1 && c <= 125) code = c;
+      lua_pop(L, 1);
+      lua_pushinteger(L, code);
+      return 2;
+    }
+    lua_pop(L, 1);
   }
-  luaL_traceback(L, L, msg, 1);
-  return 1;
+  if (lua_type(L, 1) == LUA_TSTRING || lua_type(L, 1) == LUA_TNUMBER) {
+    lua_pushvalue(L, 1);
+    lua_tostring(L, -1);
+  } else if (luaL_getmetafield(L, 1, "__tostring") != LUA_TNIL) {
+    lua_pop(L, 1);
+    luaL_tolstring(L, 1, NULL); /* raises unless __tostring gives a string */
+  } else {
+    lua_pushfstring(L, "(error object is a %s value)", luaL_typename(L, 1));
+  }
+  lua_pushinteger(L, code);
+  return 2;
 }
 
 static int report(lua_State *L, int status, const vh_limits *lim) {
   if (status == LUA_OK) return 0;
-  int code = 1;
-  if (is_input_error(L, -1)) {
-    lua_getfield(L, -1, "code");
-    code = (int)luaL_optinteger(L, -1, 1);
-    lua_getfield(L, -2, "msg");
-    fprintf(stderr, "%s: %s\n", progname, luaL_optstring(L, -1, "error"));
-    lua_pop(L, 2);
-  } else if (status == LUA_ERRMEM) {
+  if (status == LUA_ERRMEM) {
     fprintf(stderr, "%s: script exceeded %lld MiB of memory (raise with --max-memory)\n",
             progname, (long long)(lim->max_memory >> 20));
-  } else {
-    fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -1));
+    lua_pop(L, 1);
+    return 1;
   }
-  lua_pop(L, 1);
-  /* a script's code becomes an exit status: keep it a failure, below the
-   * range the shell uses for signals */
-  return (code >= 1 && code <= 125) ? code : 1;
+  lua_pushcfunction(L, describe);
+  lua_insert(L, -2);
+  int st = lua_pcall(L, 1, 2, 0);
+  int code = 1;
+  if (st == LUA_OK) {
+    code = (int)lua_tointeger(L, -1);
+    fprintf(stderr, "%s: %s\n", progname, lua_tostring(L, -2));
+    lua_pop(L, 2);
+  } else {
+    /* the object could not be read: say why, if that is a string */
+    const char *why = st == LUA_ERRMEM ? "out of memory" : lua_tostring(L, -1);
+    fprintf(stderr, "%s: the script raised an error object that cannot be shown (%s)\n",
+            progname, why ? why : "reading it failed");
+    lua_pop(L, 1);
+  }
+  return code;
+}
+
+/* Every call into Lua is protected; should one escape anyway, exit with a
+ * message rather than let Lua abort(). */
+static int panic(lua_State *L) {
+  const char *msg = lua_tostring(L, -1);
+  fflush(stdout);
+  fprintf(stderr, "%s: internal error: unprotected Lua error: %s\n", progname,
+          msg ? msg : "(not a string)");
+  _exit(70);
 }
 
 typedef struct {
@@ -139,6 +183,7 @@ static int run_script(const char *path, int argc, char **argv, int script_at,
     fprintf(stderr, "%s: cannot create a Lua state\n", progname);
     return 1;
   }
+  lua_atpanic(L, panic);
   run_args ra = {argc, argv, script_at, path, lim};
   lua_pushcfunction(L, msghandler);
   lua_pushcfunction(L, pmain);
@@ -203,6 +248,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       fputs(USAGE, stdout);
       return 0;
+    } else if (strcmp(argv[i], "--debug") == 0) {
+      show_traceback = true;
     } else if (strcmp(argv[i], "--max-instructions") == 0) {
       if (parse_int_opt(argv[i], argv[i + 1], &v)) return EXIT_USAGE;
       lim.max_instructions = v;

@@ -6,8 +6,8 @@
 # FILE is relative to this directory; "-" passes no file, DIR a directory,
 # MISSING a path that does not exist. COMMAND is estimate, run or params.
 # EXTRA_ARGS ("-" = none) are split on spaces and follow FILE, except the
-# global options --trust, --max-instructions N and --max-memory N, which go
-# before COMMAND. FRAGMENT must occur in stdout+stderr as a fixed string
+# global options --trust, --debug, --max-instructions N, --max-memory N and
+# --max-seconds N, which go before COMMAND. FRAGMENT must occur in stdout+stderr as a fixed string
 # ("-" = no check; a leading "!" means it must NOT occur). A NOTE starting
 # with "known_bug" marks a defect of the program: the row fails until it is
 # fixed, and CK_EXCLUDE_TAGS=known_bug skips it (as in the other suites).
@@ -77,8 +77,8 @@ while IFS=$'\t' read -r file cmd extra want frag note || [ -n "${file:-}" ]; do
     while [ $i -lt ${#words[@]} ]; do
       w=${words[$i]}
       case "$w" in
-        --trust) globals+=("$w") ;;
-        --max-instructions | --max-memory) globals+=("$w" "${words[$((i + 1))]:-}"); i=$((i + 1)) ;;
+        --trust | --debug) globals+=("$w") ;;
+        --max-instructions | --max-memory | --max-seconds) globals+=("$w" "${words[$((i + 1))]:-}"); i=$((i + 1)) ;;
         *) args+=("$w"); [ -e "$W/$w" ] && used[$w]=1 ;;
       esac
       i=$((i + 1))

@@ -1,0 +1,1 @@
+error({ msg = "m", code = "x" })
