@@ -79,6 +79,7 @@ function M.new_sim(run)
   local S = Sim.new({ round = alloc and alloc.round })
   if alloc then S.tape:rounding(alloc.round, alloc.small_max, alloc.large_round) end
   if run.trace then S.tape:trace(run.batch, run.seq) end -- a compiled-estimate probe
+  if run.timeline then S.tape:timeline(true) end -- a report draws the step
   return S
 end
 
@@ -86,6 +87,7 @@ end
 function M.finish_trace(S, st)
   st.trace = S.tape:take_trace()
   if st.trace then st.names = S.tape:names() end
+  st.timeline = require("stdlib.timeline").collect(S.tape) -- nil unless recorded
   return st
 end
 

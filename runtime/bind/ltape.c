@@ -323,6 +323,40 @@ static int l_names(lua_State *L) {
   return 1;
 }
 
+/* t:timeline(on): keep every change of live bytes (reports) */
+static int l_timeline(lua_State *L) {
+  vr_tape *t = check(L);
+  luaL_checktype(L, 2, LUA_TBOOLEAN);
+  vr_tape_timeline(t, lua_toboolean(L, 2));
+  return 0;
+}
+
+/* t:timeline_len() -> number of events kept */
+static int l_timeline_len(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)vr_tape_timeline_len(check(L)));
+  return 1;
+}
+
+/* t:timeline_event(i) -> delta, category, phase, recompute, label|nil
+ * (i from 1 to timeline_len) */
+static int l_timeline_event(lua_State *L) {
+  vr_tape *t = check(L);
+  lua_Integer i = luaL_checkinteger(L, 2);
+  const vr_tl_event *e = i >= 1 ? vr_tape_timeline_at(t, (size_t)(i - 1)) : NULL;
+  if (!e)
+    return luaL_argerror(L, 2, lua_pushfstring(L, "no timeline event %I (the tape kept %I)", i,
+                                               (lua_Integer)vr_tape_timeline_len(t)));
+  lua_pushinteger(L, (lua_Integer)e->delta);
+  lua_pushstring(L, vr_cat_name(e->cat));
+  lua_pushstring(L, vr_tape_string(t, e->phase));
+  lua_pushboolean(L, e->recompute);
+  if (e->label >= 0)
+    lua_pushstring(L, vr_tape_string(t, e->label));
+  else
+    lua_pushnil(L);
+  return 5;
+}
+
 static int l_reset(lua_State *L) {
   vr_tape_reset(check(L));
   return 0;
@@ -356,7 +390,8 @@ static const luaL_Reg methods[] = {
     {"live", l_live},         {"stats", l_stats},         {"reset", l_reset},
     {"rounding", l_rounding}, {"bulk", l_bulk},           {"bulk_end", l_bulk_end},
     {"trace", l_trace},       {"take_trace", l_take_trace}, {"mark", l_mark},
-    {"names", l_names},
+    {"names", l_names},       {"timeline", l_timeline},   {"timeline_len", l_timeline_len},
+    {"timeline_event", l_timeline_event},
     {NULL, NULL}};
 
 static const luaL_Reg meta[] = {{"__gc", l_gc},

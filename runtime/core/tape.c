@@ -92,6 +92,9 @@ struct vr_tape {
   vr_trace *trace;    /* recording a compiled estimate, or NULL */
   bool quiet;         /* accounting that the trace records as a bulk op */
   int marks;          /* marks recorded so far */
+  bool timeline;      /* recording the timeline (vr_tape_timeline) */
+  bool recompute;     /* backward is recomputing a checkpointed segment */
+  VEC(vr_tl_event) tl;
 };
 
 static bool grow(void **v, size_t *cap, size_t need, size_t size) {
@@ -151,6 +154,7 @@ void vr_tape_free(vr_tape *t) {
   free(t->ids.v);
   free(t->edges.v);
   free(t->events.v);
+  free(t->tl.v);
   for (int i = 0; i < t->nstrings; i++) free(t->strings[i]);
   free(t);
 }
@@ -160,7 +164,8 @@ void vr_tape_reset(vr_tape *t) {
   vr_trace_free(t->trace);
   t->trace = NULL;
   t->marks = 0;
-  t->tensors.n = t->nodes.n = t->ids.n = t->edges.n = t->events.n = 0;
+  t->tensors.n = t->nodes.n = t->ids.n = t->edges.n = t->events.n = t->tl.n = 0;
+  t->timeline = t->recompute = false;
   memset(&t->st, 0, sizeof t->st);
   memset(t->phase_peak, 0, sizeof t->phase_peak);
   t->st.peak_label = -1;
@@ -260,6 +265,10 @@ static vr_status account_r(vr_tape *t, int64_t delta, int64_t block, int cat, in
   if (t->trace && !t->quiet && delta != 0 &&
       !vr_trace_push(t->trace, (vr_op){VR_OP_DELTA, cat, label, 0, delta, 0, 0, {0}}))
     return VR_ENOMEM;
+  if (t->timeline && delta != 0) {
+    vr_tl_event e = {delta, label, t->phase, (int8_t)cat, (int8_t)t->recompute};
+    PUSH(t->tl, e, return VR_ENOMEM);
+  }
   t->st.live = live;
   t->st.live_by_cat[cat] = by_cat;
   t->st.reserved = reserved;
@@ -540,6 +549,7 @@ static vr_status run_ckpt(vr_tape *t, node nd, const int64_t *outs) {
   if (!map) return VR_ENOMEM;
   for (int64_t i = 0; i < span; i++) map[i] = -1;
 #define MAP(x) remap(map, nd.id_lo, nd.id_hi, (x))
+  t->recompute = true;
   for (size_t e = nd.ev_lo; st == VR_OK && e < nd.ev_hi; e++) {
     event ev = t->events.v[e];
     switch (ev.kind) {
@@ -586,6 +596,7 @@ static vr_status run_ckpt(vr_tape *t, node nd, const int64_t *outs) {
         break;
     }
   }
+  t->recompute = false;
   /* The recomputed outputs stand in for the originals in backward. */
   for (int i = 0; st == VR_OK && i < nd.nout; i++) {
     int64_t orig = outs[i], twin = MAP(orig);
@@ -763,6 +774,14 @@ vr_status vr_tape_zero_grad(vr_tape *t) {
   for (size_t i = 0; i < t->tensors.n && st == VR_OK; i++)
     if (t->tensors.v[i].param) st = free_grad(t, (int64_t)i);
   return st;
+}
+
+void vr_tape_timeline(vr_tape *t, bool on) { t->timeline = on; }
+
+size_t vr_tape_timeline_len(const vr_tape *t) { return t->tl.n; }
+
+const vr_tl_event *vr_tape_timeline_at(const vr_tape *t, size_t i) {
+  return i < t->tl.n ? &t->tl.v[i] : NULL;
 }
 
 int64_t vr_tape_grad(const vr_tape *t, int64_t id) {

@@ -12,6 +12,7 @@
 #define VRAM_TAPE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum {
@@ -109,6 +110,24 @@ vr_status vr_tape_trace(vr_tape *t, int64_t batch, int64_t seq);
 struct vr_trace *vr_tape_take_trace(vr_tape *t);
 /* Live bytes now; in a trace, a mark the composed layers measure from. */
 vr_status vr_tape_mark(vr_tape *t, int64_t *live);
+
+/* A memory timeline for reports: while on, every change of live bytes is
+ * kept as one event (its size, category, op label, phase, and whether it
+ * belongs to a checkpointed segment's recomputation). Replaying the deltas
+ * in order gives live bytes per category after every op; off by default,
+ * so estimates pay nothing for it. */
+typedef struct {
+  int64_t delta;
+  int32_t label;     /* interned index, -1 none */
+  int32_t phase;     /* interned index */
+  int8_t cat;
+  int8_t recompute;  /* 1 while backward recomputes a checkpointed segment */
+} vr_tl_event;
+
+void vr_tape_timeline(vr_tape *t, bool on);
+size_t vr_tape_timeline_len(const vr_tape *t);
+/* Event i (0-based), NULL when out of range. */
+const vr_tl_event *vr_tape_timeline_at(const vr_tape *t, size_t i);
 
 /* Gradient tensor of a forward tensor, -1 if none. */
 int64_t vr_tape_grad(const vr_tape *t, int64_t id);

@@ -31,9 +31,13 @@ elseif case_id and doc.id ~= case_id then
   errors.input(path, "--case", "the file holds case '" .. tostring(doc.id) .. "'")
 end
 local run = spec.normalize(doc, path)
+run.timeline = true
 local st = step.run(run)
 local b = report.budget(st, run, gpu)
 if fmt == "json" then print(report.json(b))
 elseif fmt == "markdown" then print(report.markdown(b, path))
 elseif fmt == "csv" then print(report.csv(b))
-else print(report.text(b, path)) end
+else
+  print(report.text(b, path))
+  if st.timeline then print(table.concat(require("stdlib.timeline").text(st.timeline), "\n")) end
+end

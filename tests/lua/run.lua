@@ -50,6 +50,7 @@ local MODULES = {
   "test_models",
   "test_vision_tokens",
   "test_resolve",
+  "test_timeline",
 }
 
 local T = { passed = 0, failed = 0, tmpfile = nil }

@@ -1,0 +1,145 @@
+-- A step's memory timeline: live bytes per category after every change the
+-- tape kept (vr_tape_timeline in runtime/core/tape.h), reduced to a fixed
+-- number of samples. Each sample is the highest point of its stretch of
+-- events, so the step's peak is one of them, exactly.
+local vram = require("vram")
+
+local M = {}
+
+M.SAMPLES = 480
+
+local function copy(t)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
+-- The timeline the tape kept, as
+-- { events = n, samples = { {i, live, by = {cat = bytes}, phase, op, recompute} },
+--   spans = { {phase, first, last, recompute} },   (event indices)
+--   peak = { i, live, by, phase, op } }
+-- or nil when the tape kept nothing.
+function M.collect(tape, samples)
+  local n = tape:timeline_len()
+  if n == 0 then return nil end
+  local k = math.min(samples or M.SAMPLES, n)
+  local ev = function(i) return tape:timeline_event(i) end
+  -- first pass: the highest event of each bucket, and the spans
+  local best, best_live = {}, {}
+  local spans = {}
+  local live = 0
+  for i = 1, n do
+    local delta, _, phase, rec = ev(i)
+    live = live + delta
+    local b = (i - 1) * k // n + 1
+    if best[b] == nil or live > best_live[b] then best[b], best_live[b] = i, live end
+    local s = spans[#spans]
+    if not s or s.phase ~= phase or s.recompute ~= rec then
+      spans[#spans + 1] = { phase = phase, first = i, last = i, recompute = rec }
+    else
+      s.last = i
+    end
+  end
+  -- second pass: the categories at each chosen event; the peak is the first
+  -- event that reaches the highest total, as the tape counts it
+  local by, out = {}, {}
+  local peak = { live = 0, i = 0 }
+  local want = 1
+  live = 0
+  for i = 1, n do
+    local delta, cat, phase, rec, op = ev(i)
+    live = live + delta
+    by[cat] = (by[cat] or 0) + delta
+    if live > peak.live then
+      peak = { i = i, live = live, by = copy(by), phase = phase, op = op }
+    end
+    if best[want] == i then
+      out[want] = { i = i, live = live, by = copy(by), phase = phase, op = op, recompute = rec }
+      want = want + 1
+    end
+  end
+  return { events = n, samples = out, spans = spans, peak = peak }
+end
+
+-- The spans merged into the step's parts as a reader names them: each
+-- phase once per contiguous stretch, recomputation as its own part.
+function M.parts(tl)
+  local parts = {}
+  for _, s in ipairs(tl.spans) do
+    local name = s.recompute and "recompute" or s.phase
+    local p = parts[#parts]
+    if p and p.name == name then p.last = s.last
+    else parts[#parts + 1] = { name = name, first = s.first, last = s.last } end
+  end
+  return parts
+end
+
+local BLOCKS = { "▁", "▂", "▃", "▄", "▅", "▆", "▇", "█" }
+
+-- One letter per part name, unique within the step: the first letter of
+-- the name that is still free (lower case first, then upper case).
+function M.letters(parts)
+  local used, of = {}, {}
+  for _, p in ipairs(parts) do
+    if not of[p.name] then
+      local pick = "?"
+      for _, cand in ipairs({ p.name:lower(), p.name:upper() }) do
+        for ch in cand:gmatch("%w") do
+          if not used[ch] then pick = ch break end
+        end
+        if pick ~= "?" then break end
+      end
+      used[pick], of[p.name] = true, pick
+    end
+  end
+  return of
+end
+
+-- A text sparkline of live bytes, `width` columns, each the highest point
+-- of its stretch of events; below it, one letter per column for the part
+-- of the step that takes most of the column's events, and the legend.
+function M.sparkline(tl, width)
+  local ns = #tl.samples
+  width = math.min(width or 64, ns)
+  local top = tl.peak.live
+  local cols, marks = {}, {}
+  local parts = M.parts(tl)
+  local letter = M.letters(parts)
+  for c = 1, width do
+    local lo, hi = (c - 1) * ns // width + 1, c * ns // width
+    local m = -1
+    for j = lo, hi do m = math.max(m, tl.samples[j].live) end
+    local level = top > 0 and math.max(1, math.min(8, (m * 8 + top - 1) // top)) or 1
+    cols[c] = BLOCKS[level]
+    local a = lo > 1 and tl.samples[lo - 1].i + 1 or 1
+    local b = tl.samples[hi].i
+    local most, name = -1, "?"
+    for _, p in ipairs(parts) do
+      local o = math.min(b, p.last) - math.max(a, p.first)
+      if o > most then most, name = o, p.name end
+    end
+    marks[c] = letter[name]
+  end
+  local legend = {}
+  for _, p in ipairs(parts) do
+    local l = letter[p.name] .. "=" .. p.name
+    local seen = false
+    for _, x in ipairs(legend) do if x == l then seen = true end end
+    if not seen then legend[#legend + 1] = l end
+  end
+  return table.concat(cols), table.concat(marks), table.concat(legend, " ")
+end
+
+-- Lines for the terminal, under the breakdown.
+function M.text(tl, width)
+  local line, marks, legend = M.sparkline(tl, width)
+  return {
+    ("timeline (live tensors over %d allocator events; full height = the peak, %s):"):format(
+      tl.events, vram.fmt(tl.peak.live, "GiB")),
+    "  " .. line,
+    "  " .. marks,
+    "  " .. legend,
+  }
+end
+
+return M
