@@ -23,6 +23,7 @@ int luaopen_vram(lua_State *L);
 void vb_open_tape(lua_State *L);   /* adds vram.tape to the table on top */
 void vb_open_terms(lua_State *L);  /* adds the closed-form terms */
 void vb_open_trace(lua_State *L);  /* adds vram.fit_program (compiled estimates) */
+void vb_open_write(lua_State *L);  /* adds vram.write_file (lwrite.c) */
 struct vr_tape;
 int vb_tape_take_trace(lua_State *L, struct vr_tape *t); /* pushes a vram.trace or nothing */
 int vb_open_json(lua_State *L);    /* pushes the vram.json table */

@@ -25,5 +25,7 @@ int vb_files_allow_tree(lua_State *L, const char *dir);
 int vb_files_allow_file(lua_State *L, const char *path);
 /* Whether a rule is in force in this state. */
 int vb_files_restricted(lua_State *L);
+/* vram.write_file may write this path, as typed (lwrite.c). */
+void vb_files_allow_write(lua_State *L, const char *path);
 
 #endif

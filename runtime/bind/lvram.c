@@ -160,6 +160,7 @@ int luaopen_vram(lua_State *L) {
   vb_open_terms(L);
   vb_open_tape(L);
   vb_open_trace(L);
+  vb_open_write(L);
   vb_open_json(L);
   lua_setfield(L, -2, "json");
   vb_open_yaml(L);

@@ -441,8 +441,10 @@ static void open_sandboxed(lua_State *L) {
  * (scripts/cli/ of the share directory: our own code reading the user's
  * data) its directory tree may be read too, so that a spec's config beside
  * it resolves as stdlib/spec.lua documents; a script run with `vramlua run`
- * gets the named files alone. */
+ * gets the named files alone. Only a built-in command may write, and only a
+ * path typed on its command line (lwrite.c). */
 static void allow_arg(lua_State *L, const char *arg, bool builtin) {
+  if (builtin && arg[0]) vb_files_allow_write(L, arg); /* a report it asked for */
   if (!arg[0] || !vb_files_allow_file(L, arg) || !builtin || !vh_is_file(arg)) return;
   char dir[VH_PATH_MAX];
   vh_dirname(arg, dir, sizeof dir);

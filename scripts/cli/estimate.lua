@@ -1,4 +1,4 @@
--- vramlua estimate SPEC [--json|--markdown|--csv] [--gpu NAME] [--case ID]
+-- vramlua estimate SPEC [--json|--markdown|--csv] [--gpu NAME] [--case ID] [--html FILE]
 local errors = require("stdlib.errors")
 local spec = require("stdlib.spec")
 local step = require("stdlib.step")
@@ -6,15 +6,18 @@ local report = require("stdlib.report")
 
 local HELP = [[
 usage: vramlua estimate SPEC [--json|--markdown|--csv] [--gpu NAME] [--case ID]
+                        [--html FILE]
 
 SPEC is a run spec (YAML or JSON, see README) or a measured truth case
 ({"id","family","config","run"}); a file holding a list of cases needs
 --case ID. Prints the peak of tensors allocated with its breakdown, the
-phase and op where it happens, and the fit on --gpu.]]
+phase and op where it happens, the fit on --gpu, and the step's memory
+timeline as a sparkline. --html FILE also writes one self-contained page:
+the timeline stacked by category with the peak annotated, and the breakdown.]]
 
 local a = require("stdlib.args").parse({ ... }, { help = false, json = false,
-  markdown = false, csv = false, gpu = "", case = "" },
-  { positional = 1, noun = "SPEC", metavar = { gpu = "a NAME", case = "an ID" } })
+  markdown = false, csv = false, gpu = "", case = "", html = "" },
+  { positional = 1, noun = "SPEC", metavar = { gpu = "a NAME", case = "an ID", html = "a FILE" } })
 if a.help then print(HELP) return end
 local path, gpu, case_id = a[1], a.gpu, a.case
 local fmt = (a.json and "json") or (a.markdown and "markdown") or (a.csv and "csv") or nil
@@ -31,7 +34,7 @@ elseif case_id and doc.id ~= case_id then
   errors.input(path, "--case", "the file holds case '" .. tostring(doc.id) .. "'")
 end
 local run = spec.normalize(doc, path)
-run.timeline = true
+run.timeline = fmt == nil or fmt == "markdown" or a.html ~= nil -- drawn, not in JSON/CSV
 local st = step.run(run)
 local b = report.budget(st, run, gpu)
 if fmt == "json" then print(report.json(b))
@@ -40,4 +43,9 @@ elseif fmt == "csv" then print(report.csv(b))
 else
   print(report.text(b, path))
   if st.timeline then print(table.concat(require("stdlib.timeline").text(st.timeline), "\n")) end
+end
+if a.html then
+  local html = require("stdlib.html")
+  html.write(a.html, html.page(path, b, st.timeline))
+  if not fmt then print("html: wrote " .. a.html) end -- JSON and CSV stay parseable
 end

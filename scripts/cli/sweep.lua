@@ -1,17 +1,18 @@
--- vramlua sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME]
+-- vramlua sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME] [--html FILE]
 local vram = require("vram")
 local errors = require("stdlib.errors")
 local spec = require("stdlib.spec")
 local compiled = require("stdlib.compiled")
 
 local HELP = [[
-usage: vramlua sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME]
+usage: vramlua sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME] [--html FILE]
 
 Peak tensors allocated for every (batch, seq) of the lists, as CSV. A LIST is
 values separated by commas, or FROM:TO:STEP. The run is compiled once
 (stdlib/compiled.lua) and each point answered in microseconds, byte-identical
 to `vramlua estimate`. With --gpu, a column says whether the point fits
-(tensors allocated plus the framework's overhead, no reserved margin).]]
+(tensors allocated plus the framework's overhead, no reserved margin).
+--html FILE also writes a page with one bar per point.]]
 
 local function list(s, flag)
   local out = {}
@@ -32,9 +33,9 @@ local function list(s, flag)
   return out
 end
 
-local a = require("stdlib.args").parse({ ... }, { help = false, batch = "", seq = "", gpu = "" },
-  { positional = 1, noun = "SPEC",
-    metavar = { gpu = "a NAME", batch = "a LIST", seq = "a LIST" } })
+local a = require("stdlib.args").parse({ ... }, { help = false, batch = "", seq = "", gpu = "",
+  html = "" }, { positional = 1, noun = "SPEC",
+    metavar = { gpu = "a NAME", batch = "a LIST", seq = "a LIST", html = "a FILE" } })
 if a.help then print(HELP) return end
 local path, gpu_name = a[1], a.gpu
 local batches = a.batch and list(a.batch, "--batch")
@@ -47,11 +48,22 @@ local est = compiled.compile(run, path)
 local fw = require("stdlib.report").FRAMEWORK[run.framework or "pytorch"] or {}
 local usable = gpu and (fw.prealloc and math.floor(gpu.bytes * fw.prealloc) or gpu.bytes)
 print("batch,seq,peak_bytes,peak_gib" .. (gpu and ",fits" or ""))
+local bars = {}
 for _, b in ipairs(batches) do
   for _, t in ipairs(seqs) do
     local p = est:peak(b, t)
+    if a.html then bars[#bars + 1] = { label = ("batch %d, seq %d"):format(b, t), bytes = p } end
     local line = ("%d,%d,%d,%.4f"):format(b, t, p, vram.to(p, "GiB"))
     if gpu then line = line .. "," .. tostring(p + (fw.context or 0) <= usable) end
     print(line)
   end
+end
+if a.html then
+  if #bars > 2000 then errors.usage("--html draws at most 2000 bars; this sweep has " .. #bars) end
+  -- the bars are tensors allocated, so the line is the GPU less the overhead
+  local line = gpu and usable - (fw.context or 0)
+  local html = require("stdlib.html")
+  html.write(a.html, html.bars(path, bars, line,
+    "peak of tensors allocated at each (batch, seq)",
+    gpu and (gpu.name .. " less framework overhead")))
 end

@@ -43,5 +43,14 @@ t "estimate draws the timeline under the breakdown" 0 "timeline ok" \
    grep -n "^component" out.txt | cut -d: -f1 | { read -r c; [ "$c" -lt "$n" ]; } || exit 7
    echo timeline ok'
 
+# ---------------------------------------------------------------- writing
+echo 'vram.write_file(arg[1], "x")' >"$D/writer.lua"
+t "a sandboxed script cannot write, even a named file" 1 "writes only files named on the command line of a built-in command" \
+  '"$V" run writer.lua w.txt; rc=$?; [ ! -e w.txt ] && exit $rc'
+t "--html into a missing directory is a clean input error" 1 "--html: $D/no/such/p.html: cannot write" \
+  '"$V" estimate small.yaml --json --html "$D/no/such/p.html" 2>&1 | grep -v "^ *[{}\"]"; exit "${PIPESTATUS[0]}"'
+t "--html keeps --json parseable" 0 '"peak_bytes"' \
+  '"$V" estimate small.yaml --json --html j.html > j.json && [ -s j.html ] && ! grep -q "html:" j.json && cat j.json'
+
 echo "reports: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
