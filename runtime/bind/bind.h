@@ -32,7 +32,16 @@ int vb_open_text(lua_State *L);    /* pushes the vram.text table (lfiles.c) */
 
 /* Shared by the loaders (runtime/loaders/ljson.c). */
 void *vb_json_null(void);                       /* the null sentinel */
+/* Opens path read-only if it is a regular file (never blocks on a FIFO or
+ * device): a descriptor, or -1 with *why a message ("cannot open: <errno
+ * text>", "is a directory", "not a regular file (a FIFO, device or
+ * socket)"). Every file a script's data or code comes from is opened here
+ * (lfiles.c). */
+int vb_open_regular(const char *path, const char **why);
 void vb_read_file(lua_State *L, const char *path); /* pushes the contents */
+/* Loads a Lua text chunk from a regular file (a leading #! line skipped,
+ * as luaL_loadfilex does); pushes the function, or raises. */
+void vb_load_lua_file(lua_State *L, const char *path);
 size_t vb_utf8_seq(const unsigned char *s, size_t n);
 /* Raises unless a sandboxed script may read path (lfiles.c, lfiles.h). */
 void vb_check_read(lua_State *L, const char *path);

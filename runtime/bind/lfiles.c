@@ -4,10 +4,13 @@
 #include "lfiles.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lauxlib.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bind.h"
 
@@ -143,4 +146,72 @@ int vb_open_text(lua_State *L) {
   static const luaL_Reg funcs[] = {{"load", l_text_load}, {NULL, NULL}};
   luaL_newlib(L, funcs);
   return 1;
+}
+
+int vb_open_regular(const char *path, const char **why) {
+  static char msg[160];
+  /* O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever */
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    snprintf(msg, sizeof msg, "cannot open: %s", strerror(errno));
+    *why = msg;
+    return -1;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    snprintf(msg, sizeof msg, "cannot open: %s", strerror(errno));
+    *why = msg;
+  } else if (S_ISDIR(st.st_mode)) {
+    *why = "is a directory";
+  } else if (!S_ISREG(st.st_mode)) {
+    *why = "not a regular file (a FIFO, device or socket); give a file";
+  } else {
+    int fl = fcntl(fd, F_GETFL);
+    if (fl != -1 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != -1) return fd;
+    snprintf(msg, sizeof msg, "cannot open: %s", strerror(errno));
+    *why = msg;
+  }
+  close(fd);
+  return -1;
+}
+
+typedef struct {
+  const char *s;
+  size_t n;
+  int sent_newline; /* the line a skipped #! line leaves */
+} chunk_reader;
+
+static const char *read_chunk(lua_State *L, void *ud, size_t *size) {
+  chunk_reader *r = (chunk_reader *)ud;
+  (void)L;
+  if (!r->sent_newline) {
+    r->sent_newline = 1;
+    *size = 1;
+    return "\n";
+  }
+  *size = r->n;
+  r->n = 0;
+  return *size ? r->s : NULL;
+}
+
+void vb_load_lua_file(lua_State *L, const char *path) {
+  vb_read_file(L, path);
+  size_t n = 0;
+  const char *s = lua_tolstring(L, -1, &n);
+  chunk_reader r = {s, n, 1};
+  if (n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
+    r.s += 3;
+    r.n -= 3;
+  }
+  if (r.n && r.s[0] == '#') { /* a #! line: skipped, its line kept */
+    const char *nl = memchr(r.s, '\n', r.n);
+    r.n = nl ? r.n - (size_t)(nl + 1 - r.s) : 0;
+    r.s = nl ? nl + 1 : r.s;
+    r.sent_newline = 0;
+  }
+  lua_pushfstring(L, "@%s", path);
+  int st = lua_load(L, read_chunk, &r, lua_tostring(L, -1), "t");
+  lua_remove(L, -2); /* the chunk name */
+  lua_remove(L, -2); /* the text */
+  if (st != LUA_OK) lua_error(L);
 }

@@ -165,7 +165,7 @@ static int pmain(lua_State *L) {
     lua_rawseti(L, -2, i - ra->script_at);
   }
   lua_setglobal(L, "arg");
-  if (luaL_loadfilex(L, ra->script, "t") != LUA_OK) return lua_error(L);
+  vb_load_lua_file(L, ra->script);
   int nargs = 0;
   for (int i = ra->script_at + 1; i < ra->argc; i++, nargs++) {
     luaL_checkstack(L, 1, "too many arguments");

@@ -109,7 +109,7 @@ static int l_require(lua_State *L) {
     return luaL_error(L, "module '%s' not found (looked beside the script, in VRAMLUA_PATH "
                          "and in %s)", name, lim->search->share);
   vb_check_read(L, path); /* a symbolic link must not lead out of the sandbox */
-  if (luaL_loadfilex(L, path, "t") != LUA_OK) return lua_error(L);
+  vb_load_lua_file(L, path);
   lua_pushstring(L, name);
   lua_pushstring(L, path);
   lua_call(L, 2, 1);

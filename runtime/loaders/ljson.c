@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../bind/bind.h"
 
@@ -81,16 +82,13 @@ size_t vb_utf8_seq(const unsigned char *s, size_t n) {
 
 typedef struct {
   FILE *f;
-  char *buf;
 } file_box;
 
 static int file_box_close(lua_State *L) {
   file_box *b = (file_box *)lua_touserdata(L, 1);
   if (b) {
     if (b->f) fclose(b->f);
-    free(b->buf);
     b->f = NULL;
-    b->buf = NULL;
   }
   return 0;
 }
@@ -104,15 +102,17 @@ static int raw_error(lua_State *L, const char *fmt, ...) {
   return lua_error(L);
 }
 
-/* Pushes the whole contents of path as a string. Errors "PATH: cannot open:
- * <why>", "PATH: is a directory", "PATH: larger than 64 MiB", "PATH: read
- * error: <why>"; the FILE and buffer are released on every path. */
+/* Pushes the whole contents of path as a string. Only a regular file is
+ * opened (vb_open_regular: a FIFO or device would block or never end).
+ * Errors "PATH: cannot open: <why>", "PATH: is a directory", "PATH: not a
+ * regular file", "PATH: larger than 64 MiB", "PATH: read error: <why>". The
+ * bytes go into a Lua buffer, so they count against the memory budget; the
+ * FILE is closed on every path. */
 void vb_read_file(lua_State *L, const char *path) {
   luaL_checkstack(L, 4, "reading a file");
   int slot = lua_gettop(L) + 1;
   file_box *b = (file_box *)lua_newuserdatauv(L, sizeof *b, 0);
   b->f = NULL;
-  b->buf = NULL;
   if (luaL_newmetatable(L, "vram.file_box")) {
     lua_pushcfunction(L, file_box_close);
     lua_setfield(L, -2, "__close");
@@ -122,41 +122,35 @@ void vb_read_file(lua_State *L, const char *path) {
   lua_setmetatable(L, -2);
   lua_toclose(L, slot);
 
-  errno = 0;
-  b->f = fopen(path, "rb");
-  if (!b->f) raw_error(L, "%s: cannot open: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fileno(b->f), &st) != 0) raw_error(L, "%s: cannot open: %s", path, strerror(errno));
-  if (S_ISDIR(st.st_mode)) raw_error(L, "%s: is a directory", path);
-  if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > FILE_MAX_BYTES)
-    raw_error(L, "%s: larger than 64 MiB", path);
-
-  size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 65536, len = 0;
-  b->buf = (char *)malloc(cap);
-  if (!b->buf) raw_error(L, "%s: out of memory", path);
+  const char *why = NULL;
+  int fd = vb_open_regular(path, &why);
+  if (fd < 0) raw_error(L, "%s: %s", path, why);
+  b->f = fdopen(fd, "rb");
+  if (!b->f) {
+    int e = errno;
+    close(fd);
+    raw_error(L, "%s: cannot open: %s", path, strerror(e));
+  }
+  luaL_Buffer buf;
+  luaL_buffinit(L, &buf);
+  size_t len = 0;
   for (;;) {
-    if (len == cap) {
-      if (cap > FILE_MAX_BYTES) raw_error(L, "%s: larger than 64 MiB", path);
-      size_t ncap = cap * 2 > FILE_MAX_BYTES + 1 ? FILE_MAX_BYTES + 1 : cap * 2;
-      char *nb = (char *)realloc(b->buf, ncap);
-      if (!nb) raw_error(L, "%s: out of memory", path);
-      b->buf = nb;
-      cap = ncap;
-    }
-    size_t got = fread(b->buf + len, 1, cap - len, b->f);
+    char *p = luaL_prepbuffsize(&buf, 65536);
+    errno = 0;
+    size_t got = fread(p, 1, 65536, b->f);
+    luaL_addsize(&buf, got);
     len += got;
+    if (len > FILE_MAX_BYTES) raw_error(L, "%s: larger than 64 MiB", path);
     if (got == 0) {
       if (ferror(b->f)) {
         int e = errno;
-        if (e == EISDIR) raw_error(L, "%s: is a directory", path);
         raw_error(L, "%s: read error: %s", path, strerror(e ? e : EIO));
       }
       break;
     }
   }
-  if (len > FILE_MAX_BYTES) raw_error(L, "%s: larger than 64 MiB", path);
-  lua_pushlstring(L, b->buf, len);
-  lua_closeslot(L, slot); /* frees now; the slot holds nil */
+  luaL_pushresult(&buf);
+  lua_closeslot(L, slot); /* closes now; the slot holds nil */
   lua_remove(L, slot);
 }
 

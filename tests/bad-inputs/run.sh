@@ -4,7 +4,8 @@
 # Runs every row of cases.tsv (tab-separated):
 #     FILE  COMMAND  EXTRA_ARGS  EXPECTED_EXIT  FRAGMENT  [NOTE]
 # FILE is relative to this directory; "-" passes no file, DIR a directory,
-# MISSING a path that does not exist. COMMAND is estimate, run or params.
+# MISSING a path that does not exist, FIFO (FIFO.yaml) a named pipe with no
+# writer. COMMAND is estimate, run or params.
 # EXTRA_ARGS ("-" = none) are split on spaces and follow FILE, except the
 # global options --trust, --debug, --max-instructions N, --max-memory N and
 # --max-seconds N, which go before COMMAND. FRAGMENT must occur in stdout+stderr as a fixed string
@@ -35,6 +36,8 @@ rm -f "$W/run.sh" "$W/cases.tsv" "$W/README.md"
 mkdir -p "$W/adir"
 ln -s /etc/passwd "$W/lua/gen_link.lua"
 ln -s /etc/passwd "$W/lua/gen_passwd.yaml"
+# FIFOs (git cannot hold them): opening one for reading would block forever
+mkfifo "$W/fifo.json" "$W/fifo.yaml" "$W/lua/gen_fifo.json" "$W/lua/gen_fifo.yaml"
 unset VRAMLUA_PATH
 
 # shellcheck source=tests/lib/verdict.sh
@@ -60,6 +63,8 @@ while IFS=$'\t' read -r file cmd extra want frag note || [ -n "${file:-}" ]; do
     -) ;;
     DIR) args+=(adir) ;;
     MISSING) args+=(no/such/file.json) ;;
+    FIFO) args+=(fifo.json) ;;
+    FIFO.yaml) args+=(fifo.yaml) ;;
     *)
       if [ ! -e "$W/$file" ]; then
         failed=$((failed + 1))

@@ -1,0 +1,1 @@
+print(vram.json.load("lua/gen_fifo.json"))

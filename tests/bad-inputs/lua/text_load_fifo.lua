@@ -1,0 +1,1 @@
+print(vram.text.load("lua/gen_fifo.json"))

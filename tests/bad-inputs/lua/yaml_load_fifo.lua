@@ -1,0 +1,1 @@
+print(vram.yaml.load("lua/gen_fifo.yaml"))
