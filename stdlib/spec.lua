@@ -205,7 +205,8 @@ function M.vlm_run(r, cfg, path, images, where)
   return run
 end
 
-function M.normalize(spec, where)
+-- loaded: {path=, config=}, a model config already found (stdlib/resolve.lua)
+function M.normalize(spec, where, loaded)
   spec = cfgutil.strip_nulls(spec)
   if type(spec) ~= "table" then errors.input(where, "", "a run spec must be a mapping") end
   if spec.family ~= nil or spec.id ~= nil then -- the measured-case dialect
@@ -218,7 +219,11 @@ function M.normalize(spec, where)
   local src = model.config or (model.preset and (model.preset .. ".json"))
   if not src then errors.input(where, "model", "needs `config` (a path) or `preset` (a name)") end
   local path
-  path, cfg = M.resolve(src, dirname(where), where)
+  if loaded then
+    path, cfg = loaded.path, loaded.config
+  else
+    path, cfg = M.resolve(src, dirname(where), where)
+  end
   cfg = cfgutil.strip_nulls(cfg)
   if model.overrides ~= nil then
     check_keys(model.overrides, setmetatable({}, { __index = function() return 1 end }), where,

@@ -13,14 +13,23 @@ CUDA under 12 GiB, Apple unified memory under 16 GiB, bases too large for
 Apple unified memory) and the simulated device total. --force lifts the
 overridable refusals. Exit 0 when the run is accepted, 1 when refused.]]
 
-local a = require("stdlib.args").parse({ ... }, { help = false, gpu = "", force = false },
-  { positional = 1, noun = "SPEC", metavar = { gpu = "a NAME" } })
-if a.help then print(HELP) return end
+local defaults, metavar = require("stdlib.formats").options({ help = false, gpu = "",
+  force = false, seq = 0, batch = 0 },
+  { gpu = "a NAME" })
+local a = require("stdlib.args").parse({ ... }, defaults,
+  { positional = 1, noun = "SPEC", metavar = metavar })
+if a.help then print(HELP .. "\n\n" .. require("stdlib.formats").HELP) return end
 local path, gpu_name, force = a[1], a.gpu, a.force
 if not path then errors.usage("doctor needs a SPEC file") end
 if not gpu_name then errors.usage("doctor needs --gpu NAME") end
 local gpu = gpus.get(gpu_name, nil, "--gpu")
-local run = spec.load(path)
+local run, tr = require("stdlib.formats").load_run(path, a, require("models.registry"))
+if tr and a.explain then print(require("stdlib.formats").explain(tr)) return end
+if tr and tr.spec.serve and not tr.spec.serve.colocate then
+  errors.usage(path .. " is a vLLM serving config: `vramlua estimate` prices it")
+end
+run = run or spec.load(path)
+if tr then print(require("stdlib.formats").notes(tr)) end
 local need, st = fit.need(run)
 local weights = st.at_peak.weights + st.at_peak.master_weights
 local ok, findings = doctor.check(gpu, weights, need, force)

@@ -15,11 +15,12 @@ simulator; prints the need at that value and at the next one.
 --knobs: combinations of checkpointing, attention, optimizer, LoRA and
 micro-batching that fit, cheapest first, each with its cost.]]
 
-local a = require("stdlib.args").parse({ ... }, { help = false, gpu = "", vary = "",
-  knobs = false, max = "", margin = "" },
-  { positional = 1, noun = "SPEC",
-    metavar = { gpu = "a NAME", vary = "a KNOB", margin = "a percentage" } })
-if a.help then print(HELP) return end
+local defaults, metavar = require("stdlib.formats").options({ help = false, gpu = "",
+  vary = "", knobs = false, max = "", margin = "", seq = 0, batch = 0 },
+  { gpu = "a NAME", vary = "a KNOB", margin = "a percentage" })
+local a = require("stdlib.args").parse({ ... }, defaults,
+  { positional = 1, noun = "SPEC", metavar = metavar })
+if a.help then print(HELP .. "\n\n" .. require("stdlib.formats").HELP) return end
 local path, gpu_name, knob, knobs = a[1], a.gpu, a.vary, a.knobs
 local max = a.max and (math.tointeger(tonumber(a.max)) or errors.usage("--max needs an integer"))
 local margin = 0
@@ -32,7 +33,13 @@ if not path then errors.usage("fit needs a SPEC file") end
 if not gpu_name then errors.usage("fit needs --gpu NAME") end
 local gpu = gpus.get(gpu_name, nil, "--gpu")
 if not knob and not knobs then errors.usage("fit needs --vary KNOB or --knobs") end
-local run = spec.load(path)
+local run, tr = require("stdlib.formats").load_run(path, a, require("models.registry"))
+if tr and a.explain then print(require("stdlib.formats").explain(tr)) return end
+if tr and tr.spec.serve and not tr.spec.serve.colocate then
+  errors.usage(path .. " is a vLLM serving config: `vramlua estimate` prices it")
+end
+run = run or spec.load(path)
+if tr then print(require("stdlib.formats").notes(tr)) end
 local budget = math.floor(gpu.bytes * (1 - margin))
 print(("%s on %s: budget %s (%s less %.1f%% margin)"):format(path, gpu.name,
   vram.fmt(budget, "GiB"), vram.fmt(gpu.bytes, "GiB"), margin * 100))

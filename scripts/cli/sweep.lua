@@ -33,16 +33,25 @@ local function list(s, flag)
   return out
 end
 
-local a = require("stdlib.args").parse({ ... }, { help = false, batch = "", seq = "", gpu = "",
-  html = "" }, { positional = 1, noun = "SPEC",
-    metavar = { gpu = "a NAME", batch = "a LIST", seq = "a LIST", html = "a FILE" } })
-if a.help then print(HELP) return end
+local defaults, metavar = require("stdlib.formats").options({ help = false, batch = "",
+  seq = "", gpu = "", html = "" },
+  { gpu = "a NAME", batch = "a LIST", seq = "a LIST", html = "a FILE" })
+local a = require("stdlib.args").parse({ ... }, defaults,
+  { positional = 1, noun = "SPEC", metavar = metavar })
+if a.help then print(HELP .. "\n\n" .. require("stdlib.formats").HELP) return end
 local path, gpu_name = a[1], a.gpu
 local batches = a.batch and list(a.batch, "--batch")
 local seqs = a.seq and list(a.seq, "--seq")
 if not path then errors.usage("sweep needs a SPEC file") end
 local gpu = gpu_name and require("stdlib.gpus").get(gpu_name, nil, "--gpu")
-local run = spec.load(path)
+local run, tr = require("stdlib.formats").load_run(path, a, require("models.registry"))
+if tr and a.explain then print(require("stdlib.formats").explain(tr)) return end
+if tr and tr.spec.serve and not tr.spec.serve.colocate then
+  errors.usage(path .. " is a vLLM serving config: `vramlua estimate` prices it")
+end
+run = run or spec.load(path)
+-- the translation's notes as comment lines above the CSV
+if tr then print((require("stdlib.formats").notes(tr):gsub("[^\n]+", "# %0"))) end
 batches, seqs = batches or { run.batch }, seqs or { run.seq }
 local est = compiled.compile(run, path)
 local fw = require("stdlib.report").FRAMEWORK[run.framework or "pytorch"] or {}

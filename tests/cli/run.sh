@@ -163,6 +163,50 @@ t "a received shared script runs"        0 "largest batch" \
 t "a shared script states its version"   1 "needs vramlua 9.0" \
   'printf "local v = require(\"vram\")\nv.require_version(\"9.0\")\n" > "$D/newer.lua"; "$V" run "$D/newer.lua"'
 
+# ---------------------------------------------------------------- other tools' configs
+F="$(dirname "$V")/../examples/formats"
+t "LLaMA-Factory YAML estimates"         0 "translated from llamafactory config" \
+  '"$V" estimate "$F/llamafactory_qwen2_5_7b_lora_sft.yaml" --gpu h100'
+t "ZeRO-3 carries the sharding warning"  0 "per-rank sharding (zero=3) is not modelled" \
+  '"$V" estimate "$F/llamafactory_llama3_full_dpo_ds3.yaml"'
+t "axolotl --explain prints a run spec"  0 "weights: nf4_dq" \
+  '"$V" estimate "$F/axolotl_mistral_qlora.yml" --explain'
+t "--explain output loads as a spec"     0 "peak (tensors allocated)" \
+  '"$V" estimate "$F/trl_sft_qwen2_5_1_5b.yaml" --explain > "$D/explained.yaml" && "$V" estimate "$D/explained.yaml"'
+t "vLLM prints its KV capacity"          0 "GPU KV cache size:" \
+  '"$V" estimate "$F/vllm_serve_qwen2_5_7b.sh" --gpu h100'
+t "vLLM needs a GPU"                     2 "needs --gpu NAME" '"$V" estimate "$F/vllm_engine_llama3_tp2.yaml"'
+t "fit refuses a serving config"         2 "vLLM serving config" \
+  '"$V" fit "$F/vllm_serve_qwen2_5_7b.sh" --gpu h100 --vary batch'
+t "GRPO colocated vLLM is subtracted"    0 "colocated vLLM" '"$V" estimate "$F/trl_grpo_colocate.yaml" --gpu h200'
+t "an unknown --format"                  2 "did you mean 'axolotl'" \
+  '"$V" estimate "$F/axolotl_mistral_qlora.yml" --format axolotel'
+t "accelerate needs --seq"               2 "pass --seq N" '"$V" estimate "$F/accelerate_fsdp.yaml"'
+t "accelerate with --seq and --model"    0 "world_size=4, fsdp=full_shard" \
+  '"$V" doctor "$F/accelerate_fsdp.yaml" --seq 512 --model Qwen/Qwen2.5-1.5B --gpu h100'
+printf 'stage: sft\nmodel_name_or_path: Qwen/Qwen2.5-1.5B\nfrobnicate: 3\n' >"$D/lf_unknown.yaml"
+t "unknown keys are listed, not fatal"   0 "not understood (not priced): frobnicate=3" \
+  '"$V" estimate "$D/lf_unknown.yaml"'
+printf 'stage: sft\nmodel_name_or_path: acme/unknown-7b\n' >"$D/lf_nomodel.yaml"
+t "an unresolved model names 3 fixes"    1 "Fix it one of three ways: pass --model CONFIG.json" \
+  'HF_HOME="$D/nohf" "$V" estimate "$D/lf_nomodel.yaml"'
+t "--model overrides the file's model"   0 "qwen2_5_1_5b_instruct.json (file)" \
+  'HF_HOME="$D/nohf" "$V" estimate "$D/lf_nomodel.yaml" --model "$(dirname "$V")/../examples/configs/qwen2_5_1_5b_instruct.json"'
+# the Hugging Face cache layout: refs/main names the snapshot, whose
+# config.json links into blobs/
+H="$D/hf/hub/models--acme--tiny"
+mkdir -p "$H/refs" "$H/blobs" "$H/snapshots/0123abcd0123abcd0123abcd0123abcd0123abcd"
+printf '0123abcd0123abcd0123abcd0123abcd0123abcd' >"$H/refs/main"
+cp "$(dirname "$V")/../tests/bad-inputs/spec/beside_config.json" "$H/blobs/5f1e"
+ln -s ../../blobs/5f1e "$H/snapshots/0123abcd0123abcd0123abcd0123abcd0123abcd/config.json"
+mkdir -p "$D/proj/cfg" "$D/proj/ds"
+printf 'model_name_or_path: acme/tiny\nstage: sft\nfinetuning_type: full\ncutoff_len: 64\ndeepspeed: ds/z2.json\n' >"$D/proj/cfg/train.yaml"
+printf '{"zero_optimization": {"stage": 2}, "bf16": {"enabled": "auto"}}' >"$D/proj/ds/z2.json"
+t "a hub id from the HF cache (sandbox)" 0 "acme/tiny -> $H/snapshots" \
+  'cd "$D/proj" && HF_HOME="$D/hf" "$V" estimate cfg/train.yaml'
+t "DeepSpeed JSON from the working dir"  0 "DeepSpeed config from ds/z2.json" \
+  'cd "$D/proj" && HF_HOME="$D/hf" "$V" estimate cfg/train.yaml'
+
 [ "$skipped" -gt 0 ] && echo "($skipped known-bug case(s) skipped)"
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

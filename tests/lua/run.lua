@@ -51,6 +51,8 @@ local MODULES = {
   "test_vision_tokens",
   "test_resolve",
   "test_timeline",
+  "test_formats",
+  "test_serving",
 }
 
 local T = { passed = 0, failed = 0, tmpfile = nil }

@@ -1,0 +1,543 @@
+-- The configs users already have (LLaMA-Factory, axolotl, TRL, Hugging Face
+-- TrainingArguments, DeepSpeed, accelerate, vLLM engine arguments) translated
+-- to a run spec (stdlib/spec.lua's schema) plus what the translation could
+-- not carry. One translator per format in stdlib/formats/; each accounts for
+-- every key of its file: mapped (changes memory), ignored (listed as known
+-- not to change memory) or reported as "not understood" -- never dropped in
+-- silence, never fatal. No model knowledge here: the model is a reference
+-- (path or hub id) resolved by stdlib/resolve.lua.
+local vram = require("vram")
+local errors = require("stdlib.errors")
+local resolve = require("stdlib.resolve")
+
+local M = {}
+
+-- Detection order matters: the most specific markers first.
+M.NAMES = { "llamafactory", "axolotl", "trl", "trl-sft", "trl-dpo", "trl-grpo", "trl-ppo", "hf",
+  "deepspeed", "accelerate", "vllm", "spec" }
+
+local MODULES = { llamafactory = "stdlib.formats.llamafactory", axolotl = "stdlib.formats.axolotl",
+  trl = "stdlib.formats.trl", hf = "stdlib.formats.hf_trainer",
+  deepspeed = "stdlib.formats.deepspeed", accelerate = "stdlib.formats.accelerate",
+  vllm = "stdlib.formats.vllm" }
+
+---------------------------------------------------------------------------
+-- Translation context: what a translator fills in.
+local Ctx = {}
+Ctx.__index = Ctx
+
+function M.context(file, format)
+  return setmetatable({ file = file, format = format, run = {}, parallel = {},
+    not_understood = {}, warnings = {}, assumptions = {}, ignored = 0, after_model = {} }, Ctx)
+end
+
+function Ctx:warn(msg) self.warnings[#self.warnings + 1] = msg end
+function Ctx:assume(msg) self.assumptions[#self.assumptions + 1] = msg end
+
+local function show(v)
+  if type(v) == "table" then
+    local ok, s = pcall(vram.json.encode, v)
+    return ok and s or "{...}"
+  end
+  return tostring(v)
+end
+M.show = show
+
+function Ctx:unknown(key, v)
+  self.not_understood[#self.not_understood + 1] = { key = key, value = show(v) }
+end
+
+function Ctx:fail(key, what) errors.input(self.file, key, what) end
+
+-- Typed reads of a value found under key; YAML and command lines give
+-- strings for numbers and booleans at times ("true", "1e-5"), read here.
+function Ctx:int(key, v, min)
+  local n = math.tointeger(type(v) == "string" and tonumber(v) or v)
+  if not n then self:fail(key, "must be an integer, got " .. show(v)) end
+  if n < (min or 1) then self:fail(key, ("must be >= %d, got %d"):format(min or 1, n)) end
+  return n
+end
+
+function Ctx:num(key, v)
+  local n = type(v) == "string" and tonumber(v) or v
+  if type(n) ~= "number" then self:fail(key, "must be a number, got " .. show(v)) end
+  return n
+end
+
+local TRUE = { ["true"] = true, ["True"] = true, ["1"] = true, yes = true }
+local FALSE = { ["false"] = false, ["False"] = false, ["0"] = false, no = false, [""] = false }
+function Ctx:bool(key, v)
+  if type(v) == "boolean" then return v end
+  if type(v) == "string" and TRUE[v] ~= nil then return true end
+  if type(v) == "string" and FALSE[v] ~= nil then return false end
+  if v == 1 then return true end
+  if v == 0 then return false end
+  self:fail(key, "must be true or false, got " .. show(v))
+end
+
+function Ctx:str(key, v)
+  if type(v) ~= "string" then self:fail(key, "must be a string, got " .. show(v)) end
+  return v
+end
+
+-- Walks every key of tbl: handlers[k](ctx, v, k) for mapped keys, nothing
+-- for ignored ones, "not understood" for the rest. prefix names nested keys.
+function Ctx:walk(tbl, handlers, ignored, prefix)
+  prefix = prefix or ""
+  local keys = {}
+  for k in pairs(tbl) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return tostring(a) < tostring(b) end)
+  for _, k in ipairs(keys) do
+    local v = tbl[k]
+    if v == vram.json.null or v == vram.yaml.null then v = nil end
+    local h = handlers[k]
+    if h then
+      if v ~= nil then h(self, v, prefix .. k) end
+    elseif ignored[k] then
+      self.ignored = self.ignored + 1
+    else
+      self:unknown(prefix .. tostring(k), tbl[k])
+    end
+  end
+end
+
+-- Sets the model reference (a path or a hub id), with the key it came from.
+function Ctx:model(ref, key)
+  self.model_ref, self.model_key = self:str(key, ref), key
+end
+
+-- The training dtype flags every HF-Trainer-based format shares.
+-- mode: "mixed" (fp32 master weights, autocast), "pure" (weights in the
+-- compute dtype) -- the format decides which one its loader produces.
+function Ctx:precision(compute, mode)
+  if mode == "pure" then
+    self.run.precision = { params = compute }
+  else
+    self.run.precision = { master = "fp32", compute = compute }
+  end
+end
+
+---------------------------------------------------------------------------
+-- Shared maps
+
+-- Optimizer names (transformers' OptimizerNames, axolotl's, TRL's) to the
+-- simulator's optimizers. A name not here is a labelled warning, priced as
+-- AdamW.
+M.OPTIMIZERS = {
+  adamw_torch = { name = "adamw", foreach = "torch2" },
+  adamw_hf = { name = "adamw" },
+  adamw_torch_fused = { name = "adamw",
+    note = "fused AdamW allocates no per-step temporaries; priced as the single-tensor "
+      .. "implementation (one parameter's temporaries at a time, an upper bound)" },
+  adamw_torch_xla = { name = "adamw" },
+  adamw_apex_fused = { name = "adamw" },
+  adamw = { name = "adamw", foreach = "torch2" },
+  adam = { name = "adam" },
+  adamw_8bit = { name = "adam8bit" },
+  adamw_bnb_8bit = { name = "adam8bit" },
+  adam8bit = { name = "adam8bit" },
+  paged_adamw_8bit = { name = "adam8bit",
+    note = "paged optimizer: states live in unified memory and can be evicted to the host; "
+      .. "priced as resident on the GPU" },
+  paged_adamw_32bit = { name = "adamw",
+    note = "paged optimizer: states live in unified memory and can be evicted to the host; "
+      .. "priced as resident on the GPU" },
+  paged_adamw = { name = "adamw",
+    note = "paged optimizer: states can be evicted to the host; priced as resident" },
+  adafactor = { name = "adafactor" },
+  sgd = { name = "sgd" },
+  lion_32bit = { name = "lion" },
+  paged_lion_32bit = { name = "lion" },
+  lion = { name = "lion" },
+}
+
+function Ctx:optimizer(key, v)
+  local name = self:str(key, v)
+  local o = M.OPTIMIZERS[name]
+  if not o then
+    self:warn(("%s: optimizer '%s' is not modelled; priced as AdamW with fp32 states"):format(
+      key, name))
+    o = { name = "adamw" }
+  end
+  self.run.optimizer = { name = o.name, foreach = o.foreach }
+  if o.name == "adamw" or o.name == "adam" then self.run.optimizer.state_dtype = "fp32" end
+  if o.note then self:assume(key .. ": " .. o.note) end
+end
+
+-- LoRA target lists as the formats spell them: "all" / "all-linear" / a
+-- comma-separated string / a list.
+function Ctx:lora_targets(key, v)
+  if v == "all" or v == "all-linear" then return "all-linear" end
+  if type(v) == "string" then
+    local out = {}
+    for s in v:gmatch("[^,%s]+") do out[#out + 1] = s end
+    return out
+  end
+  if type(v) ~= "table" then self:fail(key, "must be a list of module names, got " .. show(v)) end
+  for i, s in ipairs(v) do
+    if type(s) ~= "string" then self:fail(key .. "[" .. i .. "]", "must be a name, got " .. show(s)) end
+  end
+  return v
+end
+
+-- Files a config names (a DeepSpeed JSON): beside the naming file, then
+-- from the working directory.
+function M.find_file(ref, file)
+  local tries = {}
+  if ref:sub(1, 1) ~= "/" then tries[#tries + 1] = resolve.dirname(file) .. "/" .. ref end
+  tries[#tries + 1] = ref
+  for _, p in ipairs(tries) do
+    local ok, v = pcall(p:match("%.ya?ml$") and vram.yaml.load or vram.json.load, p)
+    if ok then return p, v end
+    if type(v) == "string" and (v:find(": json: ", 1, true) or v:find(": yaml: ", 1, true)) then
+      error(v, 0)
+    end
+  end
+  return nil, table.concat(tries, ", ")
+end
+
+-- A DeepSpeed config referenced by a training config: a path or an inline
+-- table; translated into ctx (its "auto" values filled from ctx.run).
+function Ctx:deepspeed(key, v)
+  local ds, where = v, self.file .. ": " .. key
+  if type(v) == "string" then
+    local path, loaded = M.find_file(v, self.file)
+    if not path then
+      self:fail(key, ("cannot find DeepSpeed config '%s' (looked at %s)"):format(v, loaded))
+    end
+    ds, where = loaded, path
+  elseif type(v) ~= "table" then
+    self:fail(key, "must be a path to a DeepSpeed JSON or a mapping, got " .. show(v))
+  end
+  self.deepspeed_config = { table = ds, where = where, key = key }
+end
+
+---------------------------------------------------------------------------
+-- Detection
+
+local function has(doc, keys)
+  for _, k in ipairs(keys) do if doc[k] ~= nil then return k end end
+end
+
+-- The format of a decoded document (or of text that is not YAML/JSON).
+function M.detect(doc, text)
+  if type(doc) ~= "table" then
+    if type(text) == "string" and (text:find("vllm", 1, true) or text:find("%-%-[%w-]+")) then
+      return "vllm"
+    end
+    return nil
+  end
+  if doc[1] ~= nil then return "spec" end -- a list of truth cases
+  if (doc.model ~= nil and doc.run ~= nil) or doc.family ~= nil or doc.id ~= nil then
+    return "spec"
+  end
+  if has(doc, { "stage", "finetuning_type", "cutoff_len", "lora_target", "template",
+    "quantization_bit" }) then return "llamafactory" end
+  if has(doc, { "base_model", "micro_batch_size", "sequence_len", "sample_packing",
+    "lora_target_linear", "adapter" }) then return "axolotl" end
+  if has(doc, { "compute_environment", "distributed_type", "num_processes", "fsdp_config",
+    "deepspeed_config" }) and doc.per_device_train_batch_size == nil then return "accelerate" end
+  if has(doc, { "zero_optimization", "train_micro_batch_size_per_gpu", "train_batch_size",
+    "zero_allow_untested_optimizer" }) then return "deepspeed" end
+  local vllm_keys = { "gpu-memory-utilization", "gpu_memory_utilization", "max-model-len",
+    "max_model_len", "max-num-seqs", "max_num_seqs", "tensor-parallel-size",
+    "tensor_parallel_size", "kv-cache-dtype", "kv_cache_dtype", "enforce-eager",
+    "max-num-batched-tokens", "max_num_batched_tokens" }
+  if has(doc, vllm_keys) and doc.per_device_train_batch_size == nil then return "vllm" end
+  if has(doc, { "num_generations", "max_completion_length", "use_vllm", "beta",
+    "max_prompt_length", "ref_model_init_kwargs", "max_seq_length", "max_length",
+    "packing", "dataset_text_field", "completion_only_loss", "model_init_kwargs",
+    "vllm_mode" }) then return "trl" end
+  if has(doc, { "per_device_train_batch_size", "gradient_accumulation_steps", "output_dir" }) then
+    return "hf"
+  end
+end
+
+---------------------------------------------------------------------------
+-- Loading and translating
+
+local function decode(path)
+  if path:match("%.ya?ml$") then return vram.yaml.load(path) end
+  if path:match("%.json$") then return vram.json.load(path) end
+  -- anything else: YAML when it decodes to a mapping, else an engine
+  -- command line (vLLM) kept as text
+  local text = vram.text.load(path)
+  local ok, doc = pcall(vram.yaml.decode, text, path)
+  if ok and type(doc) == "table" and doc[1] == nil then return doc, text end
+  return nil, text
+end
+
+local function base_format(name)
+  if name and name:match("^trl%-") then return "trl", name:match("^trl%-(.*)$") end
+  return name
+end
+
+-- Translates the file at path. opts: format (a NAME of M.NAMES), gpus
+-- (world size when the file does not say). Returns the translation:
+-- {format=, spec={model=, run=, parallel=, serve=}, model_ref=, model_key=,
+-- not_understood={{key=, value=}}, warnings={}, assumptions={}, world_size=}
+-- or nil when the file is a run spec already.
+function M.translate(path, opts)
+  opts = opts or {}
+  local doc, text = decode(path)
+  local name = opts.format
+  if name then
+    local ok = false
+    for _, n in ipairs(M.NAMES) do ok = ok or n == name end
+    if not ok then
+      local hint = errors.suggest(name, M.NAMES)
+      errors.usage(("unknown --format '%s'%s (known: %s)"):format(name,
+        hint and ("; did you mean '" .. hint .. "'?") or "", table.concat(M.NAMES, ", ")))
+    end
+  else
+    name = M.detect(doc, text)
+    if not name then
+      errors.input(path, "", "cannot tell which tool this config is for (known: "
+        .. table.concat(M.NAMES, ", ") .. "); name it with --format NAME")
+    end
+  end
+  if name == "spec" then return nil, doc end
+  local fmt, variant = base_format(name)
+  local ctx = M.context(path, name)
+  ctx.variant = variant
+  ctx.opts = opts
+  local tr = require(MODULES[fmt])
+  if type(doc) ~= "table" and fmt ~= "vllm" then
+    errors.input(path, "", ("a %s config must be a mapping"):format(name))
+  end
+  tr.translate(ctx, doc, text)
+  if ctx.deepspeed_config then
+    require("stdlib.formats.deepspeed").apply(ctx, ctx.deepspeed_config)
+  end
+  return M.finish(ctx)
+end
+
+-- World size, parallel warning, and the spec assembled.
+function M.finish(ctx)
+  local opts = ctx.opts or {}
+  if not ctx.world_size and opts.gpus then ctx.world_size = opts.gpus end
+  local par = ctx.parallel
+  if ctx.world_size then par.world_size = ctx.world_size end
+  local multi = next(par) ~= nil and ((ctx.world_size or 1) > 1 or par.zero or par.fsdp
+    or par.tp or par.pp)
+  if multi then
+    ctx:warn("parallel: per-rank sharding (" .. M.describe_parallel(par) .. ") is not modelled "
+      .. "yet; the figures below are ONE GPU holding the whole model, optimizer and "
+      .. "activations, not the per-rank budget")
+  end
+  local spec = { model = {}, run = ctx.run }
+  if next(par) ~= nil then spec.parallel = par end
+  if ctx.serve then spec.serve = ctx.serve end
+  return { ctx = ctx, format = ctx.format, spec = spec, model_ref = ctx.model_ref,
+    model_key = ctx.model_key, not_understood = ctx.not_understood, warnings = ctx.warnings,
+    assumptions = ctx.assumptions, world_size = ctx.world_size, ignored = ctx.ignored,
+    file = ctx.file }
+end
+
+function M.describe_parallel(par)
+  local out = {}
+  for _, k in ipairs({ "world_size", "dp", "tp", "pp", "zero", "fsdp", "offload" }) do
+    if par[k] ~= nil then out[#out + 1] = k .. "=" .. show(par[k]) end
+  end
+  return table.concat(out, ", ")
+end
+
+-- Resolves the translation's model into spec.model and returns the run
+-- table stdlib/spec.lua normalizes. opts.model: --model CONFIG.json;
+-- presets/preset_path: models/registry.lua's (the caller passes them).
+function M.resolve_model(tr, opts)
+  opts = opts or {}
+  local ref, field = opts.model, "--model"
+  if not ref then
+    ref, field = tr.model_ref, tr.model_key
+    if not ref then
+      errors.input(tr.file, "", "names no model; pass --model CONFIG.json (or a hub id)")
+    end
+  end
+  local r = resolve.model(ref, { where = opts.model and nil or tr.file, field = field,
+    base_dir = not opts.model and resolve.dirname(tr.file) or nil, presets = opts.presets,
+    preset_path = opts.preset_path })
+  tr.model = r
+  -- precision that depends on the checkpoint's own dtype ("auto")
+  local ctx = tr.ctx
+  local cfg = r.config
+  local text = type(cfg.text_config) == "table" and cfg.text_config or cfg
+  if ctx and ctx.deferred_precision then
+    local dt = cfg.torch_dtype or cfg.dtype or text.torch_dtype or text.dtype
+    ctx.deferred_precision(ctx, type(dt) == "string" and dt or nil)
+    ctx.deferred_precision = nil
+  end
+  -- what a config leaves to the model ("auto" bucket sizes of DeepSpeed)
+  for _, fn in ipairs(ctx and ctx.after_model or {}) do fn(ctx, cfg, text) end
+  if ctx then ctx.after_model = {} end
+  -- LLaMA-Factory-style tower freezing applies to VLMs only
+  if ctx and ctx.vlm_freeze and cfg.vision_config and #ctx.vlm_freeze > 0 then
+    tr.spec.run.freeze = ctx.vlm_freeze
+  end
+  if r.source == "preset" then
+    tr.spec.model = { preset = r.preset }
+  else
+    tr.spec.model = { config = r.path }
+  end
+  return r
+end
+
+---------------------------------------------------------------------------
+-- --explain: the run spec as YAML, with what was not understood as comments
+
+local ORDER = { model = 1, run = 2, parallel = 3, serve = 4, mode = 1, batch = 2, seq = 3,
+  grad_accum = 4, precision = 5, optimizer = 6, grad_checkpointing = 7, attention = 8, lora = 9 }
+
+local function scalar(v)
+  if type(v) == "string" then
+    if v == "" or v:match("^[%s\"'{}%[%],&*#?|<>=!%%@`-]") or v:find(": ", 1, true)
+        or v:find(" #", 1, true) or tonumber(v) or v == "true" or v == "false" or v == "null"
+        or v:match("[\n\r\t]") then
+      return vram.json.encode(v)
+    end
+    return v
+  end
+  if math.type(v) == "float" then return vram.json.encode(v) end
+  return tostring(v)
+end
+
+local function sorted_keys(t)
+  local ks = {}
+  for k in pairs(t) do ks[#ks + 1] = k end
+  table.sort(ks, function(a, b)
+    local oa, ob = ORDER[a] or 100, ORDER[b] or 100
+    if oa ~= ob then return oa < ob end
+    return tostring(a) < tostring(b)
+  end)
+  return ks
+end
+
+local function emit(out, t, indent)
+  for _, k in ipairs(sorted_keys(t)) do
+    local v = t[k]
+    local pad = string.rep("  ", indent)
+    if type(v) == "table" and v[1] ~= nil then
+      local items = {}
+      for i, x in ipairs(v) do items[i] = scalar(x) end
+      out[#out + 1] = ("%s%s: [%s]"):format(pad, k, table.concat(items, ", "))
+    elseif type(v) == "table" then
+      if next(v) == nil then
+        out[#out + 1] = ("%s%s: {}"):format(pad, k)
+      else
+        out[#out + 1] = ("%s%s:"):format(pad, k)
+        emit(out, v, indent + 1)
+      end
+    else
+      out[#out + 1] = ("%s%s: %s"):format(pad, k, scalar(v))
+    end
+  end
+end
+
+function M.explain(tr)
+  local out = { ("# translated from %s (%s) by vramlua; save and edit as a run spec"):format(
+    tr.file, tr.format) }
+  if tr.model then
+    out[#out + 1] = ("# model '%s' resolved as %s: %s"):format(tostring(tr.model_ref or "--model"),
+      tr.model.source, tr.model.path)
+  end
+  if tr.spec.parallel then
+    out[#out + 1] = "# parallel: not modelled by the single-GPU simulator yet (see warnings)"
+  end
+  emit(out, tr.spec, 0)
+  for _, w in ipairs(tr.warnings) do out[#out + 1] = "# warning: " .. w end
+  for _, a in ipairs(tr.assumptions) do out[#out + 1] = "# assumption: " .. a end
+  for _, n in ipairs(tr.not_understood) do
+    out[#out + 1] = ("# not understood: %s = %s"):format(n.key, n.value)
+  end
+  return table.concat(out, "\n")
+end
+
+-- Lines for the human report: warnings, assumptions, not understood.
+function M.notes(tr)
+  local out = { ("translated from %s config (%d keys ignored as not changing memory)"):format(
+    tr.format, tr.ignored) }
+  if tr.model then
+    out[#out + 1] = ("  model: %s -> %s (%s)"):format(tostring(tr.model_ref or "--model"),
+      tr.model.path, tr.model.source)
+  end
+  for _, w in ipairs(tr.warnings) do out[#out + 1] = "  WARNING: " .. w end
+  for _, a in ipairs(tr.assumptions) do out[#out + 1] = "  assumption: " .. a end
+  if #tr.not_understood > 0 then
+    local keys = {}
+    for i, n in ipairs(tr.not_understood) do keys[i] = n.key .. "=" .. n.value end
+    out[#out + 1] = "  not understood (not priced): " .. table.concat(keys, ", ")
+  end
+  return table.concat(out, "\n")
+end
+
+-- The part of the spec stdlib/spec.lua reads today (model, run); parallel
+-- and serve travel beside it.
+function M.run_spec(tr)
+  return { model = tr.spec.model, run = tr.spec.run }
+end
+
+---------------------------------------------------------------------------
+-- The commands' side: options, loading, what to print
+
+-- Options every command that reads a run accepts (stdlib/args defaults).
+M.OPTIONS = { format = "", model = "", gpus = 0, explain = false }
+M.METAVAR = { format = "a NAME", model = "a CONFIG.json or hub id", gpus = "a count" }
+M.HELP = [[
+FILE may also be a config of another tool, detected from its keys or named
+with --format NAME: llamafactory, axolotl, trl (trl-sft, trl-dpo, trl-grpo,
+trl-ppo), hf (TrainingArguments JSON), deepspeed, accelerate, vllm (engine
+arguments: a command line or YAML). Its model (a path, a Hugging Face cache
+entry, or a preset's hub id) can be replaced with --model CONFIG.json; --gpus N
+gives the world size when the file does not; --explain prints the run spec it
+was translated to (YAML) and stops.]]
+
+-- Merges M.OPTIONS into a command's option defaults.
+function M.options(defaults, metavar)
+  for k, v in pairs(M.OPTIONS) do defaults[k] = v end
+  for k, v in pairs(M.METAVAR) do metavar[k] = v end
+  return defaults, metavar
+end
+
+-- --seq N, or the first value of a sweep's list ("512:8192:512", "1,2,4").
+function M.first_int(v)
+  if type(v) == "string" then v = math.tointeger(tonumber(v:match("^%d+"))) end
+  return math.type(v) == "integer" and v > 0 and v or nil
+end
+
+-- Loads FILE as a run: a run spec as before, or a translated config.
+-- a: the parsed options (format, model, gpus, seq, batch); registry:
+-- models/registry.lua (presets by hub id). Returns run, tr (nil for a run
+-- spec), doc (the decoded run spec).
+function M.load_run(path, a, registry)
+  local spec = require("stdlib.spec")
+  local opts = { format = a.format, model = a.model,
+    gpus = (a.gpus or 0) > 0 and a.gpus or nil,
+    seq = M.first_int(a.seq), batch = M.first_int(a.batch),
+    presets = registry and registry.PRESETS, preset_path = registry and registry.preset_path }
+  local tr, doc = M.translate(path, opts)
+  if not tr then
+    if a.model or a.explain then
+      errors.usage(path .. " is a run spec already: --model and --explain apply to other "
+        .. "tools' configs")
+    end
+    return nil, nil, doc
+  end
+  M.resolve_model(tr, opts)
+  if a.explain then return nil, tr end
+  local run = spec.normalize(M.run_spec(tr), path, tr.model)
+  tr.run = run
+  return run, tr
+end
+
+-- The translation's notes for --json.
+function M.json_notes(tr)
+  local nu = {}
+  for i, n in ipairs(tr.not_understood) do nu[i] = { key = n.key, value = n.value } end
+  return { format = tr.format, model = tr.model and { path = tr.model.path,
+      source = tr.model.source, ref = tr.model_ref } or nil,
+    warnings = tr.warnings, assumptions = tr.assumptions, not_understood = nu,
+    ignored_keys = tr.ignored, world_size = tr.world_size, parallel = tr.spec.parallel,
+    serve = tr.spec.serve }
+end
+
+return M

@@ -1,0 +1,207 @@
+-- stdlib/formats: each example in examples/formats/ translated to a run
+-- spec, checked field by field against what the file says (the expected
+-- values are read off the example files and the tools' documented
+-- defaults, not off vramlua's output).
+local vram = require("vram")
+local formats = require("stdlib.formats")
+local registry = require("models.registry")
+
+local dir = vram.share_dir .. "/examples/formats/"
+local opts = { presets = registry.PRESETS, preset_path = registry.preset_path }
+
+local function tr(name, extra)
+  local o = { presets = opts.presets, preset_path = opts.preset_path }
+  for k, v in pairs(extra or {}) do o[k] = v end
+  local t = formats.translate(dir .. name, o)
+  formats.resolve_model(t, o)
+  return t
+end
+
+local function keys(list)
+  local out = {}
+  for _, n in ipairs(list) do out[n.key] = n.value end
+  return out
+end
+
+local function has(list, fragment)
+  for _, s in ipairs(list) do if s:find(fragment, 1, true) then return true end end
+  return false
+end
+
+return {
+  llamafactory_lora_sft_maps_every_memory_key = function()
+    local t = tr("llamafactory_qwen2_5_7b_lora_sft.yaml")
+    T.eq(t.format, "llamafactory")
+    T.eq(t.model.source, "preset")
+    T.eq(t.spec.model, { preset = "qwen2_5_7b_instruct" })
+    local r = t.spec.run
+    T.eq(r.mode, "train")
+    T.eq(r.batch, 2, "per_device_train_batch_size")
+    T.eq(r.grad_accum, 8, "gradient_accumulation_steps")
+    T.eq(r.seq, 4096, "cutoff_len")
+    T.eq(r.lora, { rank = 16, alpha = 32, targets = "all-linear" }, "lora_rank/alpha/target all")
+    T.eq(r.precision, { params = "bf16" }, "bf16 LoRA: base weights in bf16")
+    T.eq(r.attention, "flash", "flash_attn: fa2")
+    T.eq(r.grad_checkpointing, "full", "LLaMA-Factory checkpoints unless disabled")
+    T.eq(r.optimizer, nil, "no optim key: the Trainer's default AdamW")
+    T.eq(#t.not_understood, 0, "every key known")
+    T.eq(t.spec.parallel, nil)
+  end,
+  llamafactory_dpo_reads_the_deepspeed_file_beside_it = function()
+    local t = tr("llamafactory_llama3_full_dpo_ds3.yaml")
+    local r = t.spec.run
+    T.eq(t.spec.model, { preset = "llama_3_8b" }, "the Instruct hub id resolves to the preset")
+    T.eq(r.batch, 2, "chosen + rejected of per_device_train_batch_size 1")
+    T.eq(r.grad_accum, 4)
+    T.eq(r.seq, 2048)
+    T.eq(r.precision, { master = "fp32", compute = "bf16" }, "full: trainable upcast to fp32")
+    T.eq(r.lora, nil)
+    T.eq(t.spec.parallel.zero, 3, "zero_optimization.stage")
+    -- "auto" buckets filled from hidden_size 4096 as the HF integration does
+    T.eq(t.spec.parallel.buckets.reduce_bucket_size, 4096 * 4096)
+    T.eq(t.spec.parallel.buckets.stage3_prefetch_bucket_size, 4096 * 4096 * 9 // 10)
+    T.eq(t.spec.parallel.buckets.stage3_param_persistence_threshold, 40960)
+    T.eq(t.spec.parallel.buckets.stage3_max_live_parameters, 1000000000)
+    T.ok(has(t.warnings, "per-rank sharding"), "the unmodelled sharding is a labelled warning")
+    T.ok(has(t.warnings, "reference model"), "DPO's reference copy is a labelled warning")
+    T.eq(#t.not_understood, 0)
+  end,
+  axolotl_qlora = function()
+    local t = tr("axolotl_mistral_qlora.yml")
+    T.eq(t.format, "axolotl")
+    T.eq(t.spec.model, { preset = "mistral_7b_v0_1" })
+    local r = t.spec.run
+    T.eq(r.batch, 2, "micro_batch_size")
+    T.eq(r.grad_accum, 4)
+    T.eq(r.seq, 4096, "sequence_len")
+    T.eq(r.precision, { params = "bf16", weights = "nf4_dq" }, "bf16 auto + load_in_4bit")
+    T.eq(r.lora, { rank = 32, alpha = 16, targets = "all-linear" }, "lora_r, lora_target_linear")
+    T.eq(r.optimizer, { name = "adam8bit" }, "paged_adamw_8bit")
+    T.eq(r.grad_checkpointing, "full")
+    T.eq(r.attention, "flash", "flash_attention: true")
+    T.eq(#t.not_understood, 0)
+  end,
+  trl_sft = function()
+    local t = tr("trl_sft_qwen2_5_1_5b.yaml")
+    T.eq(t.format, "trl")
+    T.eq(t.spec.model, { preset = "qwen2_5_1_5b_instruct" }, "the base hub id shares the preset")
+    local r = t.spec.run
+    T.eq(r.mode, "train")
+    T.eq(r.batch, 4)
+    T.eq(r.grad_accum, 8)
+    T.eq(r.seq, 2048, "max_length")
+    T.eq(r.grad_checkpointing, "full")
+    -- dtype auto: the preset's torch_dtype bfloat16, bf16 on by default
+    T.eq(r.precision, { params = "bf16" })
+    T.ok(has(t.assumptions, "SFT"), "the guessed trainer is said")
+  end,
+  trl_dpo_doubles_the_rows = function()
+    local t = tr("trl_dpo_qwen2_5_1_5b.yaml")
+    local r = t.spec.run
+    T.eq(r.batch, 4, "2 x per_device_train_batch_size")
+    T.eq(r.seq, 1024)
+    T.eq(r.precision, { params = "bf16" })
+    T.ok(has(t.warnings, "reference model"))
+  end,
+  trl_grpo_with_colocated_vllm = function()
+    local t = tr("trl_grpo_colocate.yaml")
+    local r = t.spec.run
+    T.eq(r.mode, "grpo")
+    T.eq(r.batch, 32, "8 per device x 4 steps per generation")
+    T.eq(r.seq, 512, "max_prompt_length")
+    T.eq(r.rl, { new_tokens = 1024, minibatch = 8, reference = true, value = false })
+    T.eq(r.precision, { params = "bf16" }, "dtype bfloat16 with bf16")
+    T.eq(t.spec.serve, { engine = "vllm", colocate = true, gpu_memory_utilization = 0.3,
+      max_model_len = 1536, tensor_parallel_size = 1, max_num_seqs = 32 })
+    T.eq(#t.not_understood, 0)
+  end,
+  trl_format_variant_names_the_trainer = function()
+    local t = tr("trl_sft_qwen2_5_1_5b.yaml", { format = "trl-dpo" })
+    T.eq(t.spec.run.batch, 8, "DPO: 2 x 4 rows")
+  end,
+  hf_training_arguments_json = function()
+    local t = tr("hf_training_args_llama3.json")
+    T.eq(t.format, "hf")
+    local r = t.spec.run
+    T.eq(r.batch, 1)
+    T.eq(r.grad_accum, 16)
+    T.eq(r.seq, 2048, "block_size")
+    T.eq(r.precision, { params = "bf16" }, "torch_dtype bfloat16 + bf16")
+    T.eq(r.optimizer, { name = "adafactor" })
+    T.eq(r.grad_checkpointing, "full")
+    T.eq(#t.not_understood, 0)
+  end,
+  deepspeed_alone_needs_model_and_seq_and_gives_world_size = function()
+    T.raises(function() tr("deepspeed_zero2_offload.json") end, "--seq N")
+    local t = tr("deepspeed_zero2_offload.json", { seq = 1024, model = "Qwen/Qwen2.5-1.5B" })
+    local r = t.spec.run
+    T.eq(r.batch, 4)
+    T.eq(r.grad_accum, 4)
+    T.eq(r.seq, 1024)
+    T.eq(t.world_size, 4, "train_batch_size 64 / (4 x 4)")
+    T.eq(r.precision, { master = "fp32", compute = "bf16" })
+    T.eq(r.optimizer.name, "adamw")
+    T.eq(t.spec.parallel.zero, 2)
+    T.eq(t.spec.parallel.offload, { optimizer = "cpu" })
+    T.eq(t.spec.parallel.world_size, 4)
+    T.eq(t.spec.parallel.buckets, { allgather_bucket_size = 200000000,
+      reduce_bucket_size = 200000000 })
+  end,
+  accelerate_fsdp = function()
+    local t = tr("accelerate_fsdp.yaml", { seq = 512, model = "Qwen/Qwen2.5-1.5B" })
+    T.eq(t.format, "accelerate")
+    T.eq(t.world_size, 4, "num_processes")
+    T.eq(t.spec.parallel.fsdp, "full_shard")
+    T.eq(t.spec.run.grad_checkpointing, "full", "fsdp_activation_checkpointing")
+    T.eq(t.spec.run.precision, { master = "fp32", compute = "bf16" })
+    T.eq(t.spec.run.batch, 1)
+    T.eq(#t.not_understood, 0)
+    T.ok(has(t.warnings, "per-rank sharding"))
+  end,
+  vllm_command_line = function()
+    local t = tr("vllm_serve_qwen2_5_7b.sh")
+    T.eq(t.format, "vllm")
+    T.eq(t.spec.model, { preset = "qwen2_5_7b_instruct" })
+    T.eq(t.spec.serve, { engine = "vllm", gpu_memory_utilization = 0.9, max_model_len = 32768,
+      max_num_seqs = 128, max_num_batched_tokens = 8192, kv_cache_dtype = "fp8",
+      block_size = 16 })
+    T.eq(#t.not_understood, 0)
+  end,
+  vllm_engine_yaml = function()
+    local t = tr("vllm_engine_llama3_tp2.yaml")
+    T.eq(t.spec.serve, { engine = "vllm", tensor_parallel_size = 2, gpu_memory_utilization = 0.85,
+      max_model_len = 8192, max_num_seqs = 64, max_num_batched_tokens = 4096,
+      enforce_eager = true, dtype = "bfloat16" })
+  end,
+  unknown_keys_are_listed_never_dropped_or_fatal = function()
+    if not T.tmpfile then return end
+    local p = T.tmpfile("stage: sft\nmodel_name_or_path: Qwen/Qwen2.5-1.5B\nfrobnicate: 3\n"
+      .. "per_device_train_batch_size: 1\nmystery_knob: {a: 1}\n")
+    local t = formats.translate(p, { format = "llamafactory" })
+    local nu = keys(t.not_understood)
+    T.eq(nu.frobnicate, "3")
+    T.eq(nu.mystery_knob, '{"a":1}')
+  end,
+  explain_prints_a_run_spec_that_loads = function()
+    local t = tr("axolotl_mistral_qlora.yml")
+    local text = formats.explain(t)
+    T.ok(text:find("\nrun:\n  mode: train\n  batch: 2\n  seq: 4096\n", 1, true), text)
+    local back = vram.yaml.decode(text)
+    T.eq(back.run, t.spec.run, "the YAML reads back as the same run")
+    T.eq(back.model, t.spec.model)
+  end,
+  bad_values_name_the_file_and_key = function()
+    if not T.tmpfile then return end
+    local p = T.tmpfile("stage: sft\nper_device_train_batch_size: two\n")
+    T.raises(function() formats.translate(p, { format = "llamafactory" }) end,
+      p .. ": per_device_train_batch_size: must be an integer, got two")
+  end,
+  vllm_words_follow_the_shell = function()
+    local vllm = require("stdlib.formats.vllm")
+    T.eq(vllm.words("vllm serve m \\\n  --a 'x y' # note\n--b=\"z\""),
+      { "vllm", "serve", "m", "--a", "x y", "--b=z" })
+    T.eq(vllm.parse_command(vllm.words("python -m vllm.entrypoints.openai.api_server "
+      .. "--model org/m --enforce-eager --max-model-len 4k")),
+      { model = "org/m", ["enforce-eager"] = true, ["max-model-len"] = "4k" })
+  end,
+}
