@@ -291,10 +291,8 @@ function M.translate(path, opts)
     end
   else
     name = M.detect(doc, text)
-    if not name then
-      errors.input(path, "", "cannot tell which tool this config is for (known: "
-        .. table.concat(M.NAMES, ", ") .. "); name it with --format NAME")
-    end
+    -- nothing recognised: a run spec, whose own checks say what is wrong
+    if not name then return nil, doc, true end
   end
   if name == "spec" then return nil, doc end
   local fmt, variant = base_format(name)
@@ -514,7 +512,16 @@ function M.load_run(path, a, registry)
     gpus = (a.gpus or 0) > 0 and a.gpus or nil,
     seq = M.first_int(a.seq), batch = M.first_int(a.batch),
     presets = registry and registry.PRESETS, preset_path = registry and registry.preset_path }
-  local tr, doc = M.translate(path, opts)
+  local tr, doc, unsure = M.translate(path, opts)
+  if unsure then
+    local ok, run = pcall(spec.normalize, doc, path)
+    if ok then return run, nil, doc end
+    if type(run) == "table" and run.msg then
+      run.msg = run.msg .. " (read as a run spec; another tool's config is named with --format "
+        .. "NAME: " .. table.concat(M.NAMES, ", ") .. ")"
+    end
+    error(run, 0)
+  end
   if not tr then
     if a.model or a.explain then
       errors.usage(path .. " is a run spec already: --model and --explain apply to other "
