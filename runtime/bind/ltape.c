@@ -1,4 +1,12 @@
-/* vram.tape(): the allocation simulator as a Lua userdata. */
+/* vram.tape(): the allocation simulator as a Lua userdata.
+ *
+ * A script's code can run in the middle of a method: luaL_len calls a
+ * list's __len, lua_geti its __index, and either may close the tape (a
+ * to-be-closed variable) or reset it. So every method reads all of its
+ * Lua-side values first, into C buffers, and only then looks the tape up
+ * (check) and touches its memory; no tape pointer is held across a call
+ * that can run Lua code. Every count from Lua is range-checked before it
+ * becomes a C size. */
 #include <stdlib.h>
 
 #include "../core/tape.h"
@@ -10,6 +18,8 @@ typedef struct {
   vr_tape *t;
 } ltape;
 
+/* The tape of argument 1; raises when it is closed. Call it after the last
+ * call that can run Lua code. */
 static vr_tape *check(lua_State *L) {
   ltape *u = (ltape *)luaL_checkudata(L, 1, TAPE);
   if (!u->t) luaL_error(L, "tape is closed");
@@ -39,27 +49,45 @@ static int checkcat(lua_State *L, int arg) {
   return c;
 }
 
-static int optlabel(lua_State *L, vr_tape *t, int arg) {
-  if (lua_isnoneornil(L, arg)) return -1;
-  return vr_tape_intern(t, luaL_checkstring(L, arg));
+/* Argument 1 must be a tape (checked first, so a wrong self is named as
+ * such); the pointer is taken later, by check. */
+static void self(lua_State *L) { luaL_checkudata(L, 1, TAPE); }
+
+/* An optional label argument, read before the tape is looked up. */
+static const char *optname(lua_State *L, int arg) {
+  return lua_isnoneornil(L, arg) ? NULL : luaL_checkstring(L, arg);
+}
+
+/* The interned index of a label (-1 for none); raises when the table is full. */
+static int intern(lua_State *L, vr_tape *t, const char *name, const char *method) {
+  int k = -1;
+  vr_status st = name ? vr_tape_intern(t, name, &k) : VR_OK;
+  if (st) fail(L, method, st);
+  return k;
 }
 
 static int l_new(lua_State *L) {
   ltape *u = (ltape *)lua_newuserdatauv(L, sizeof *u, 0);
+  vr_mem mem;
   u->t = NULL;
   luaL_setmetatable(L, TAPE);
-  u->t = vr_tape_new();
+  /* the state's allocator: the host's memory budget covers the tape */
+  mem.fn = lua_getallocf(L, &mem.ud);
+  u->t = vr_tape_new(&mem);
   if (!u->t) return luaL_error(L, "vram.tape: out of memory");
   return 1;
 }
 
 static int alloc_common(lua_State *L, bool param) {
-  vr_tape *t = check(L);
+  self(L);
+  const char *method = param ? "param" : "alloc";
   int64_t bytes = vb_checkint(L, 2, 0, "bytes");
   int cat = checkcat(L, 3);
+  const char *label = optname(L, 4);
+  vr_tape *t = check(L);
   int64_t id = 0;
-  vr_status st = vr_tape_alloc(t, bytes, cat, optlabel(L, t, 4), param, &id);
-  if (st) return fail(L, param ? "param" : "alloc", st);
+  vr_status st = vr_tape_alloc(t, bytes, cat, intern(L, t, label, method), param, &id);
+  if (st) return fail(L, method, st);
   lua_pushinteger(L, (lua_Integer)id);
   return 1;
 }
@@ -97,19 +125,33 @@ static int l_replay_drop(lua_State *L) {
 
 /* t:temp(bytes, category [, label]): a transient inside one op */
 static int l_temp(lua_State *L) {
-  vr_tape *t = check(L);
+  self(L);
   int64_t bytes = vb_checkint(L, 2, 0, "bytes");
-  vr_status st = vr_tape_temp(t, bytes, checkcat(L, 3), optlabel(L, t, 4));
+  int cat = checkcat(L, 3);
+  const char *label = optname(L, 4);
+  vr_tape *t = check(L);
+  vr_status st = vr_tape_temp(t, bytes, cat, intern(L, t, label, "temp"));
   return st ? fail(L, "temp", st) : 0;
 }
 
+/* The length of a list argument (its __len, if any), checked to be in
+ * 0..max before it becomes a C count. */
+static lua_Integer checklen(lua_State *L, int arg, lua_Integer max, const char *what) {
+  lua_Integer n = luaL_len(L, arg);
+  if (n < 0)
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s: length %I is negative", what, n));
+  if (n > max)
+    luaL_argerror(L, arg, lua_pushfstring(L, "more than %I %s (length %I)", max, what, n));
+  return n;
+}
+
+/* A list of integers (read through __len and __index, as Lua code would). */
 static int read_ids(lua_State *L, int arg, int64_t *buf, int max, const char *what) {
   if (lua_isnoneornil(L, arg)) return 0;
   luaL_checktype(L, arg, LUA_TTABLE);
-  int n = (int)luaL_len(L, arg);
-  if (n > max) luaL_argerror(L, arg, lua_pushfstring(L, "more than %d %s", max, what));
+  int n = (int)checklen(L, arg, max, what);
   for (int i = 0; i < n; i++) {
-    lua_rawgeti(L, arg, i + 1);
+    lua_geti(L, arg, i + 1);
     int ok = 0;
     buf[i] = (int64_t)lua_tointegerx(L, -1, &ok);
     if (!ok) luaL_argerror(L, arg, lua_pushfstring(L, "%s[%d] is not an integer id", what, i + 1));
@@ -136,38 +178,61 @@ static int read_edges(lua_State *L, int arg, vr_edge *buf) {
 
 /* t:node(saved, edges, outputs [, temp_bytes [, label]]) */
 static int l_node(lua_State *L) {
-  vr_tape *t = check(L);
+  self(L);
   int64_t saved[VR_MAX_EDGES], outs[VR_MAX_EDGES];
   vr_edge edges[VR_MAX_EDGES];
   int ns = read_ids(L, 2, saved, VR_MAX_EDGES, "saved tensors");
   int ne = read_edges(L, 3, edges);
   int no = read_ids(L, 4, outs, VR_MAX_EDGES, "outputs");
   int64_t temp = lua_isnoneornil(L, 5) ? 0 : vb_checkint(L, 5, 0, "temp bytes");
-  vr_status st = vr_tape_node(t, saved, ns, edges, ne, outs, no, temp, optlabel(L, t, 6));
+  const char *label = optname(L, 6);
+  vr_tape *t = check(L); /* after the lists: their metamethods may have closed it */
+  vr_status st = vr_tape_node(t, saved, ns, edges, ne, outs, no, temp, intern(L, t, label, "node"));
   return st ? fail(L, "node", st) : 0;
 }
+
+/* Layers and parameters per layer of a bulk; their product bounds the edge
+ * list a bulk copies (2^22 edges, 96 MiB: far above any model). */
+#define MAX_BULK_SIDE 1000000
+#define MAX_BULK_EDGES (1 << 22)
 
 /* t:bulk(per_iter_bytes, per_iter_reserved, iters, {param, bytes, ...}, nper
  *        [, label]) -> index */
 static int l_bulk(lua_State *L) {
-  vr_tape *t = check(L);
+  self(L);
   int64_t per = vb_checkint(L, 2, 0, "bytes per layer");
   int64_t rper = vb_checkint(L, 3, 0, "reserved bytes per layer");
   int64_t iters = vb_checkint(L, 4, 0, "layers");
   luaL_checktype(L, 5, LUA_TTABLE);
   int64_t nper = vb_checkint(L, 6, 0, "parameters per layer");
-  lua_Integer len = luaL_len(L, 5);
-  if (len % 2 != 0 || nper > 1000000 || iters > 1000000 || len / 2 != iters * nper)
-    return luaL_argerror(L, 5, "expected layers * parameters-per-layer {param, bytes} pairs");
-  vr_edge *e = (vr_edge *)lua_newuserdatauv(L, (size_t)(len / 2 + 1) * sizeof *e, 0);
-  for (lua_Integer i = 0; i < len / 2; i++) {
-    lua_rawgeti(L, 5, 2 * i + 1);
-    lua_rawgeti(L, 5, 2 * i + 2);
-    e[i] = (vr_edge){(int64_t)luaL_checkinteger(L, -2), (int64_t)luaL_checkinteger(L, -1), -1};
+  const char *label = optname(L, 7);
+  lua_settop(L, 7); /* the edge buffer goes above the arguments */
+  if (iters > MAX_BULK_SIDE || nper > MAX_BULK_SIDE || iters * nper > MAX_BULK_EDGES)
+    return luaL_error(L, "tape:bulk: %I layers of %I parameters: more than %d gradient edges",
+                      (lua_Integer)iters, (lua_Integer)nper, MAX_BULK_EDGES);
+  lua_Integer pairs = (lua_Integer)(iters * nper);
+  lua_Integer len = checklen(L, 5, 2 * MAX_BULK_EDGES, "gradient edge entries");
+  if (len != 2 * pairs)
+    return luaL_argerror(L, 5, lua_pushfstring(L, "expected layers * parameters-per-layer = %I "
+                                                  "{param, bytes} pairs, got %I entries",
+                                               pairs, len));
+  /* a Lua-owned buffer: an error while reading leaves nothing to free */
+  vr_edge *e = (vr_edge *)lua_newuserdatauv(L, (size_t)(pairs + 1) * sizeof *e, 0);
+  for (lua_Integer i = 0; i < pairs; i++) {
+    int ok1 = 0, ok2 = 0;
+    lua_geti(L, 5, 2 * i + 1);
+    lua_geti(L, 5, 2 * i + 2);
+    e[i] = (vr_edge){(int64_t)lua_tointegerx(L, -2, &ok1), (int64_t)lua_tointegerx(L, -1, &ok2),
+                     -1};
+    if (!ok1 || !ok2)
+      return luaL_argerror(L, 5, lua_pushfstring(L, "entry %I is not an integer",
+                                                 2 * i + (ok1 ? 2 : 1)));
     lua_pop(L, 2);
   }
+  vr_tape *t = check(L); /* after the list: its metamethods may have closed it */
   int index = 0;
-  vr_status st = vr_tape_bulk(t, per, rper, iters, e, (int)nper, optlabel(L, t, 7), &index);
+  vr_status st =
+      vr_tape_bulk(t, per, rper, iters, e, (int)nper, intern(L, t, label, "bulk"), &index);
   if (st) return fail(L, "bulk", st);
   lua_pushinteger(L, index);
   return 1;
@@ -186,11 +251,13 @@ static int l_ckpt_begin(lua_State *L) {
 
 /* t:ckpt_end(inputs, outputs [, label]) */
 static int l_ckpt_end(lua_State *L) {
-  vr_tape *t = check(L);
+  self(L);
   int64_t ins[VR_MAX_EDGES], outs[VR_MAX_EDGES];
   int ni = read_ids(L, 2, ins, VR_MAX_EDGES, "inputs");
   int no = read_ids(L, 3, outs, VR_MAX_EDGES, "outputs");
-  vr_status st = vr_tape_ckpt_end(t, ins, ni, outs, no, optlabel(L, t, 4));
+  const char *label = optname(L, 4);
+  vr_tape *t = check(L); /* after the lists: their metamethods may have closed it */
+  vr_status st = vr_tape_ckpt_end(t, ins, ni, outs, no, intern(L, t, label, "ckpt_end"));
   return st ? fail(L, "ckpt_end", st) : 0;
 }
 
@@ -207,7 +274,9 @@ static int l_zero_grad(lua_State *L) {
 }
 
 static int l_phase(lua_State *L) {
-  vr_status st = vr_tape_phase(check(L), luaL_checkstring(L, 2));
+  self(L);
+  const char *name = luaL_checkstring(L, 2);
+  vr_status st = vr_tape_phase(check(L), name);
   return st ? fail(L, "phase", st) : 0;
 }
 
@@ -266,13 +335,13 @@ static int l_stats(lua_State *L) {
   lua_setfield(L, -2, "at_peak");
   push_cats(L, s.live_by_cat);
   lua_setfield(L, -2, "live_by_category");
-  int phases[64];
-  int64_t peaks[64];
-  int n = vr_tape_phase_peaks(t, phases, peaks, 64);
-  lua_createtable(L, 0, n);
-  for (int i = 0; i < n; i++) {
-    lua_pushinteger(L, (lua_Integer)peaks[i]);
-    lua_setfield(L, -2, vr_tape_string(t, phases[i]));
+  /* every phase reached (the string table holds no more than 2^20) */
+  lua_newtable(L);
+  for (int i = 0, n = vr_tape_nstrings(t); i < n; i++) {
+    int64_t peak = vr_tape_phase_peak(t, i);
+    if (peak <= 0) continue;
+    lua_pushinteger(L, (lua_Integer)peak);
+    lua_setfield(L, -2, vr_tape_string(t, i));
   }
   lua_setfield(L, -2, "phase_peaks");
   return 1;

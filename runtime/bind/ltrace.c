@@ -20,6 +20,17 @@ static int box_gc(lua_State *L) {
   return 0;
 }
 
+/* The trace or program at idx. A finalized box can still be reached (Lua
+ * clears a weak table's keys only in the cycle after their finalizer ran),
+ * so its emptiness is an error, never a NULL to follow. */
+static vr_trace *checkbox(lua_State *L, int idx, const char *meta, int arg) {
+  box *b = (box *)luaL_checkudata(L, idx, meta);
+  if (!b->tr)
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s was finalized by the garbage collector "
+                                             "(reached through a weak table?)", meta));
+  return b->tr;
+}
+
 static box *newbox(lua_State *L, const char *meta, vr_trace *tr) {
   box *b = (box *)lua_newuserdatauv(L, sizeof *b, 1);
   b->tr = tr;
@@ -29,10 +40,9 @@ static box *newbox(lua_State *L, const char *meta, vr_trace *tr) {
 
 /* t:take_trace() -> vram.trace (nil when the tape was not tracing) */
 int vb_tape_take_trace(lua_State *L, vr_tape *t) {
-  vr_trace *tr = vr_tape_take_trace(t);
-  if (!tr) return 0;
-  newbox(L, TRACE, tr);
-  return 1;
+  box *b = newbox(L, TRACE, NULL); /* first: raising later would leak the trace */
+  b->tr = vr_tape_take_trace(t);
+  return b->tr ? 1 : 0;
 }
 
 /* vram.fit_program({trace x 7}, {names} [, round]) -> program | nil, reason */
@@ -40,23 +50,22 @@ static int l_fit(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   const vr_trace *trs[7];
+  int64_t round = lua_isnoneornil(L, 3) ? 0 : vb_checkint(L, 3, 0, "rounding");
   if (luaL_len(L, 1) != 7) return luaL_argerror(L, 1, "expected the 7 probe traces");
+  lua_settop(L, 3);
+  /* each trace stays on the stack: a weak list cannot lose one mid-fit */
   for (int i = 0; i < 7; i++) {
     lua_rawgeti(L, 1, i + 1);
-    box *b = (box *)luaL_checkudata(L, -1, TRACE);
-    if (!b->tr) return luaL_argerror(L, 1, "a trace was already used");
-    trs[i] = b->tr;
-    lua_pop(L, 1);
+    trs[i] = checkbox(L, -1, TRACE, 1);
   }
   const char *why = NULL;
-  int64_t round = lua_isnoneornil(L, 3) ? 0 : vb_checkint(L, 3, 0, "rounding");
-  vr_trace *prog = vr_trace_fit(trs, 7, round, &why);
-  if (!prog) {
+  box *b = newbox(L, PROGRAM, NULL); /* first: raising later would leak the program */
+  b->tr = vr_trace_fit(trs, 7, round, &why);
+  if (!b->tr) {
     luaL_pushfail(L);
     lua_pushstring(L, why && *why ? why : "out of memory");
     return 2;
   }
-  newbox(L, PROGRAM, prog);
   lua_pushvalue(L, 2); /* label and phase names, by interned index */
   lua_setiuservalue(L, -2, 1);
   return 1;
@@ -74,9 +83,8 @@ static void push_name(lua_State *L, int index) {
 
 /* Evaluates prog(batch, seq) from the arguments, or raises the overflow. */
 static void evaluate(lua_State *L, const char *method, vr_trace_result *r) {
-  box *b = (box *)luaL_checkudata(L, 1, PROGRAM);
   int64_t batch = vb_checkint(L, 2, 1, "batch"), seq = vb_checkint(L, 3, 1, "seq");
-  if (!vr_trace_eval(b->tr, batch, seq, r))
+  if (!vr_trace_eval(checkbox(L, 1, PROGRAM, 1), batch, seq, r))
     luaL_error(L, "program:%s: sizes overflow int64 at batch %I, seq %I", method,
                (lua_Integer)batch, (lua_Integer)seq);
 }

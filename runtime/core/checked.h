@@ -23,4 +23,16 @@ static inline int64_t vr_ceil_div(int64_t a, int64_t b) {
   return a / b + (a % b != 0);
 }
 
+/* The one rounding of a byte count to an allocator block: |x| rounded up to
+ * a multiple of `to`, sign kept (a free of a block is minus the block);
+ * `to` <= 0 leaves x as it is. False when the block does not fit in int64. */
+static inline bool vr_round_up(int64_t x, int64_t to, int64_t *out) {
+  if (to <= 0 || x % to == 0) {
+    *out = x;
+    return true;
+  }
+  int64_t pad = to - (x < 0 ? -(x % to) : x % to);
+  return x < 0 ? vr_sub(x, pad, out) : vr_add(x, pad, out);
+}
+
 #endif

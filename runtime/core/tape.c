@@ -1,9 +1,9 @@
 #include "tape.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "checked.h"
+#include "mem.h"
 #include "trace.h"
 
 static const char *CAT_NAMES[VR_NCAT] = {
@@ -46,6 +46,7 @@ typedef struct {
   size_t node, watch_hi;
   bool measuring;
   int64_t start, rstart;
+  size_t nalloc;       /* edges allocated (freed with their count) */
 } bulk;
 
 #define VR_MAX_BULKS 8
@@ -68,18 +69,17 @@ typedef struct {
     size_t n, cap;    \
   }
 
-#define NSTR_SLOTS 512
-
 struct vr_tape {
+  vr_mem mem;          /* every allocation of the tape goes through it */
   VEC(tensor) tensors;
   VEC(node) nodes;
   VEC(int64_t) ids;    /* saved and output id pool */
   VEC(vr_edge) edges;  /* edge pool */
   VEC(event) events;   /* checkpoint recordings */
-  char *strings[NSTR_SLOTS];
-  int16_t slot_of[NSTR_SLOTS]; /* hash slot -> string index + 1 */
-  int nstrings;
-  int64_t phase_peak[NSTR_SLOTS];
+  VEC(char *) strings; /* interned labels and phases, by index */
+  VEC(int64_t) phase_peak; /* by string index, as long as strings.cap */
+  int32_t *slot_of;    /* open-addressing hash: slot -> string index + 1 */
+  size_t nslots;       /* a power of two, at least twice the strings */
   int phase;
   bool recording;
   int64_t small_round, small_max, large_round;
@@ -97,22 +97,15 @@ struct vr_tape {
   VEC(vr_tl_event) tl;
 };
 
-static bool grow(void **v, size_t *cap, size_t need, size_t size) {
-  if (need <= *cap) return true;
-  size_t nc = *cap ? *cap : 64;
-  while (nc < need) nc *= 2;
-  void *p = realloc(*v, nc * size);
-  if (!p) return false;
-  *v = p;
-  *cap = nc;
-  return true;
-}
+/* Room for `need` items in vec (checked: never wraps). */
+#define GROW(t, vec, need) \
+  vr_mem_grow(&(t)->mem, (void **)&(vec).v, &(vec).cap, (need), sizeof *(vec).v, 64)
+#define VEC_FREE(t, vec) vr_mem_free(&(t)->mem, (vec).v, (vec).cap * sizeof *(vec).v)
 
-#define PUSH(vec, x, fail)                                                     \
-  do {                                                                         \
-    if (!grow((void **)&(vec).v, &(vec).cap, (vec).n + 1, sizeof(*(vec).v)))   \
-      fail;                                                                    \
-    (vec).v[(vec).n++] = (x);                                                  \
+#define PUSH(t, vec, x, fail)                   \
+  do {                                          \
+    if (!GROW(t, vec, (vec).n + 1)) fail;       \
+    (vec).v[(vec).n++] = (x);                   \
   } while (0)
 
 const char *vr_tape_error(vr_status st) {
@@ -129,19 +122,34 @@ const char *vr_tape_error(vr_status st) {
     case VR_ECAT: return "unknown category";
     case VR_ETOOMANY: return "a node has more than 64 inputs or outputs";
     case VR_ECOMPOSE: return "composed layers did not repeat the simulated layer's pattern";
+    case VR_ELABELS: return "more than 1048576 distinct labels and phases";
   }
   return "unknown error";
 }
 
-vr_tape *vr_tape_new(void) {
-  vr_tape *t = calloc(1, sizeof *t);
+vr_tape *vr_tape_new(const vr_mem *mem) {
+  vr_mem m = mem ? *mem : (vr_mem){NULL, NULL};
+  vr_tape *t = (vr_tape *)vr_mem_array(&m, 1, sizeof *t);
+  int setup = -1;
   if (!t) return NULL;
+  memset(t, 0, sizeof *t);
+  t->mem = m;
+  /* "setup" is string 0, the phase every reset starts in */
+  if (vr_tape_intern(t, "setup", &setup) != VR_OK) {
+    vr_tape_free(t);
+    return NULL;
+  }
   vr_tape_reset(t);
   return t;
 }
 
+static void free_bulk(vr_tape *t, bulk *b) {
+  vr_mem_free(&t->mem, b->edges, b->nalloc * sizeof *b->edges);
+  b->edges = NULL;
+}
+
 static void free_bulks(vr_tape *t) {
-  for (int i = 0; i < t->nbulks; i++) free(t->bulks[i].edges);
+  for (int i = 0; i < t->nbulks; i++) free_bulk(t, &t->bulks[i]);
   t->nbulks = 0;
 }
 
@@ -149,14 +157,19 @@ void vr_tape_free(vr_tape *t) {
   if (!t) return;
   free_bulks(t);
   vr_trace_free(t->trace);
-  free(t->tensors.v);
-  free(t->nodes.v);
-  free(t->ids.v);
-  free(t->edges.v);
-  free(t->events.v);
-  free(t->tl.v);
-  for (int i = 0; i < t->nstrings; i++) free(t->strings[i]);
-  free(t);
+  VEC_FREE(t, t->tensors);
+  VEC_FREE(t, t->nodes);
+  VEC_FREE(t, t->ids);
+  VEC_FREE(t, t->edges);
+  VEC_FREE(t, t->events);
+  VEC_FREE(t, t->tl);
+  for (size_t i = 0; i < t->strings.n; i++)
+    vr_mem_free(&t->mem, t->strings.v[i], strlen(t->strings.v[i]) + 1);
+  VEC_FREE(t, t->strings);
+  VEC_FREE(t, t->phase_peak);
+  vr_mem_free(&t->mem, t->slot_of, t->nslots * sizeof *t->slot_of);
+  vr_mem m = t->mem;
+  vr_mem_free(&m, t, sizeof *t);
 }
 
 void vr_tape_reset(vr_tape *t) {
@@ -167,10 +180,10 @@ void vr_tape_reset(vr_tape *t) {
   t->tensors.n = t->nodes.n = t->ids.n = t->edges.n = t->events.n = t->tl.n = 0;
   t->timeline = t->recompute = false;
   memset(&t->st, 0, sizeof t->st);
-  memset(t->phase_peak, 0, sizeof t->phase_peak);
+  memset(t->phase_peak.v, 0, t->phase_peak.cap * sizeof *t->phase_peak.v);
   t->st.peak_label = -1;
   t->recording = false;
-  t->phase = vr_tape_intern(t, "setup");
+  t->phase = 0; /* "setup", interned first by vr_tape_new */
   t->st.peak_phase = t->phase;
 }
 
@@ -180,31 +193,59 @@ static uint32_t hash(const char *s) {
   return h;
 }
 
-int vr_tape_intern(vr_tape *t, const char *s) {
-  uint32_t h = hash(s) % NSTR_SLOTS;
-  for (int probe = 0; probe < NSTR_SLOTS; probe++, h = (h + 1) % NSTR_SLOTS) {
-    int k = t->slot_of[h] - 1;
-    if (k < 0) {
-      if (t->nstrings >= NSTR_SLOTS - 1) return -1;
-      char *copy = malloc(strlen(s) + 1);
-      if (!copy) return -1;
-      strcpy(copy, s);
-      t->strings[t->nstrings] = copy;
-      t->slot_of[h] = (int16_t)(t->nstrings + 1);
-      return t->nstrings++;
-    }
-    if (strcmp(t->strings[k], s) == 0) return k;
+#define VR_MAX_STRINGS (1 << 20)
+
+/* Doubles the hash table and re-inserts every string. */
+static bool rehash(vr_tape *t) {
+  size_t n = t->nslots ? t->nslots * 2 : 64;
+  int32_t *slots = (int32_t *)vr_mem_array(&t->mem, n, sizeof *slots);
+  if (!slots) return false;
+  memset(slots, 0, n * sizeof *slots);
+  for (size_t k = 0; k < t->strings.n; k++) {
+    size_t h = hash(t->strings.v[k]) & (n - 1);
+    while (slots[h]) h = (h + 1) & (n - 1);
+    slots[h] = (int32_t)k + 1;
   }
-  return -1;
+  vr_mem_free(&t->mem, t->slot_of, t->nslots * sizeof *t->slot_of);
+  t->slot_of = slots;
+  t->nslots = n;
+  return true;
+}
+
+vr_status vr_tape_intern(vr_tape *t, const char *s, int *index) {
+  size_t h = 0, len = strlen(s);
+  if (t->nslots > 0)
+    for (h = hash(s) & (t->nslots - 1); t->slot_of[h]; h = (h + 1) & (t->nslots - 1))
+      if (strcmp(t->strings.v[t->slot_of[h] - 1], s) == 0) {
+        *index = t->slot_of[h] - 1;
+        return VR_OK;
+      }
+  if (t->strings.n >= VR_MAX_STRINGS) return VR_ELABELS;
+  /* reserve everything first: a failure leaves the table as it was */
+  size_t peaks = t->phase_peak.cap;
+  if (!GROW(t, t->strings, t->strings.n + 1) || !GROW(t, t->phase_peak, t->strings.n + 1))
+    return VR_ENOMEM;
+  memset(t->phase_peak.v + peaks, 0, (t->phase_peak.cap - peaks) * sizeof *t->phase_peak.v);
+  if (2 * (t->strings.n + 1) > t->nslots && !rehash(t)) return VR_ENOMEM;
+  char *copy = (char *)vr_mem_array(&t->mem, len + 1, 1);
+  if (!copy) return VR_ENOMEM;
+  memcpy(copy, s, len + 1);
+  for (h = hash(s) & (t->nslots - 1); t->slot_of[h]; h = (h + 1) & (t->nslots - 1)) {
+  }
+  t->slot_of[h] = (int32_t)t->strings.n + 1;
+  t->strings.v[t->strings.n] = copy;
+  *index = (int)t->strings.n++;
+  return VR_OK;
 }
 
 const char *vr_tape_string(const vr_tape *t, int index) {
-  return (index >= 0 && index < t->nstrings) ? t->strings[index] : NULL;
+  return (index >= 0 && (size_t)index < t->strings.n) ? t->strings.v[index] : NULL;
 }
 
 vr_status vr_tape_phase(vr_tape *t, const char *name) {
-  int k = vr_tape_intern(t, name);
-  if (k < 0) return VR_ENOMEM;
+  int k = -1;
+  vr_status st = vr_tape_intern(t, name, &k);
+  if (st) return st;
   t->phase = k;
   if (t->trace && !vr_trace_push(t->trace, (vr_op){VR_OP_PHASE, 0, k, 0, 0, 0, 0, {0}}))
     return VR_ENOMEM;
@@ -213,7 +254,7 @@ vr_status vr_tape_phase(vr_tape *t, const char *name) {
 
 vr_status vr_tape_trace(vr_tape *t, int64_t batch, int64_t seq) {
   vr_trace_free(t->trace);
-  t->trace = calloc(1, sizeof *t->trace);
+  t->trace = vr_trace_new(&t->mem);
   if (!t->trace) return VR_ENOMEM;
   t->trace->batch = batch;
   t->trace->seq = seq;
@@ -244,16 +285,19 @@ void vr_tape_rounding(vr_tape *t, int64_t small_round, int64_t small_max, int64_
   t->large_round = large_round > 0 ? large_round : 0;
 }
 
-static int64_t round_up(int64_t x, int64_t to) {
-  if (to <= 0 || x % to == 0) return x;
-  return x + (to - x % to);
+/* Block size the caching allocator hands out for a request of b bytes (a
+ * free: minus the block); false when the block overflows int64. */
+static bool block_size(const vr_tape *t, int64_t b, int64_t *out) {
+  int64_t a = b < 0 ? -b : b; /* b > INT64_MIN: account() negates sizes >= 0 */
+  if (t->small_round == 0) {
+    *out = b;
+    return true;
+  }
+  return vr_round_up(b, a <= t->small_max ? t->small_round : t->large_round, out);
 }
 
-/* Block size the caching allocator hands out for a request of b bytes. */
-static int64_t block_size(const vr_tape *t, int64_t b) {
-  if (b <= 0 || t->small_round == 0) return b;
-  if (b <= t->small_max) return round_up(b, t->small_round);
-  return round_up(b, t->large_round);
+bool vr_tape_block(const vr_tape *t, int64_t bytes, int64_t *block) {
+  return bytes >= 0 && block_size(t, bytes, block);
 }
 
 /* Live bytes change by delta and reserved bytes by block. */
@@ -267,7 +311,7 @@ static vr_status account_r(vr_tape *t, int64_t delta, int64_t block, int cat, in
     return VR_ENOMEM;
   if (t->timeline && delta != 0) {
     vr_tl_event e = {delta, label, t->phase, (int8_t)cat, (int8_t)t->recompute};
-    PUSH(t->tl, e, return VR_ENOMEM);
+    PUSH(t, t->tl, e, return VR_ENOMEM);
   }
   t->st.live = live;
   t->st.live_by_cat[cat] = by_cat;
@@ -275,7 +319,7 @@ static vr_status account_r(vr_tape *t, int64_t delta, int64_t block, int cat, in
   if (reserved > t->st.peak_reserved) t->st.peak_reserved = reserved;
   if (live > t->watch_peak) t->watch_peak = live;
   if (reserved > t->watch_rpeak) t->watch_rpeak = reserved;
-  if (t->st.live > t->phase_peak[t->phase]) t->phase_peak[t->phase] = t->st.live;
+  if (t->st.live > t->phase_peak.v[t->phase]) t->phase_peak.v[t->phase] = t->st.live;
   if (t->st.live > t->st.peak) {
     t->st.peak = t->st.live;
     t->st.peak_phase = t->phase;
@@ -286,7 +330,8 @@ static vr_status account_r(vr_tape *t, int64_t delta, int64_t block, int cat, in
 }
 
 static vr_status account(vr_tape *t, int64_t delta, int cat, int label) {
-  int64_t block = delta < 0 ? -block_size(t, -delta) : block_size(t, delta);
+  int64_t block = 0;
+  if (delta == INT64_MIN || !block_size(t, delta, &block)) return VR_EOVERFLOW;
   return account_r(t, delta, block, cat, label);
 }
 
@@ -301,7 +346,7 @@ static vr_status new_tensor(vr_tape *t, int64_t bytes, int cat, int label, bool 
   vr_status st = account(t, bytes, cat, label);
   if (st) return st;
   tensor x = {bytes, -1, 1, 1, (int8_t)cat, 1, (int8_t)param};
-  PUSH(t->tensors, x, return VR_ENOMEM);
+  PUSH(t, t->tensors, x, return VR_ENOMEM);
   *id = (int64_t)t->tensors.n - 1;
   return VR_OK;
 }
@@ -317,7 +362,7 @@ static vr_status release(vr_tape *t, int64_t id) {
 }
 
 static vr_status record(vr_tape *t, event e) {
-  PUSH(t->events, e, return VR_ENOMEM);
+  PUSH(t, t->events, e, return VR_ENOMEM);
   return VR_OK;
 }
 
@@ -375,7 +420,8 @@ vr_status vr_tape_temp(vr_tape *t, int64_t bytes, int cat, int label) {
 
 static vr_status check_node(const vr_tape *t, const int64_t *saved, int nsaved,
                             const vr_edge *in, int nin, const int64_t *out, int nout) {
-  if (nin > VR_MAX_EDGES || nout > VR_MAX_EDGES) return VR_ETOOMANY;
+  if (nsaved < 0 || nin < 0 || nout < 0) return VR_EBYTES;
+  if (nsaved > VR_MAX_EDGES || nin > VR_MAX_EDGES || nout > VR_MAX_EDGES) return VR_ETOOMANY;
   for (int i = 0; i < nsaved; i++)
     if (!valid(t, saved[i])) return VR_EBADID;
   for (int i = 0; i < nout; i++)
@@ -396,11 +442,8 @@ static vr_status push_node(vr_tape *t, const int64_t *saved, int nsaved, const v
   vr_status st = check_node(t, saved, nsaved, in, nin, out, nout);
   if (st) return st;
   /* reserve first so that a failure leaves the tape as it was */
-  if (!grow((void **)&t->ids.v, &t->ids.cap, t->ids.n + (size_t)(nsaved + nout),
-            sizeof *t->ids.v) ||
-      !grow((void **)&t->edges.v, &t->edges.cap, t->edges.n + (size_t)nin,
-            sizeof *t->edges.v) ||
-      !grow((void **)&t->nodes.v, &t->nodes.cap, t->nodes.n + 1, sizeof *t->nodes.v))
+  if (!GROW(t, t->ids, t->ids.n + (size_t)nsaved + (size_t)nout) ||
+      !GROW(t, t->edges, t->edges.n + (size_t)nin) || !GROW(t, t->nodes, t->nodes.n + 1))
     return VR_ENOMEM;
   for (int i = 0; i < nsaved; i++) {
     t->ids.v[t->ids.n++] = saved[i];
@@ -434,48 +477,51 @@ vr_status vr_tape_node(vr_tape *t, const int64_t *saved, int nsaved, const vr_ed
 
 vr_status vr_tape_bulk(vr_tape *t, int64_t per_iter, int64_t per_iter_reserved, int64_t iters,
                        const vr_edge *edges, int nper, int label, int *index) {
-  int64_t total = 0, rtotal = 0, id = 0, n = 0;
+  int64_t total = 0, rtotal = 0, n = 0;
+  vr_edge *copy = NULL;
+  vr_status st = VR_OK;
+  int slot = 0; /* a finished bulk's slot is reused */
   if (t->recording) return VR_ENESTED;
   if (per_iter < 0 || iters < 0 || nper < 0) return VR_EBYTES;
-  int slot = 0; /* a finished bulk's slot is reused */
   while (slot < t->nbulks && t->bulks[slot].edges) slot++;
   if (slot >= VR_MAX_BULKS) return VR_ETOOMANY;
+  if (t->trace && t->marks < 2) return VR_ECOMPOSE; /* the layer's two marks are missing */
   if (!vr_mul(per_iter, iters, &total) || !vr_mul(iters, nper, &n) ||
-      !vr_mul(per_iter_reserved < 0 ? 0 : per_iter_reserved, iters, &rtotal))
+      !vr_mul(per_iter_reserved < 0 ? 0 : per_iter_reserved, iters, &rtotal) ||
+      (uint64_t)n > SIZE_MAX / sizeof *copy)
     return VR_EOVERFLOW;
   for (int64_t i = 0; i < n; i++)
     if (!valid(t, edges[i].tensor) || edges[i].bytes < 0) return VR_EBADID;
-  vr_edge *copy = malloc((size_t)(n > 0 ? n : 1) * sizeof *copy);
-  if (!copy) return VR_ENOMEM;
+  /* From here on every failure goes through `out`, which frees the copy. */
+  copy = (vr_edge *)vr_mem_array(&t->mem, (size_t)(n > 0 ? n : 1), sizeof *copy);
+  if (!copy || !GROW(t, t->tensors, t->tensors.n + 1) || !GROW(t, t->nodes, t->nodes.n + 1)) {
+    st = VR_ENOMEM;
+    goto out;
+  }
   if (n > 0) memcpy(copy, edges, (size_t)n * sizeof *copy);
-  if (t->trace && t->marks < 2) return VR_ECOMPOSE; /* the layer's two marks are missing */
   if (t->trace &&
       !vr_trace_push(t->trace, (vr_op){VR_OP_BULK_FWD, VR_CAT_ACTIV, label, slot, iters,
-                                       t->marks - 2, 0, {0}}))
-    return VR_ENOMEM;
-  t->quiet = true;
-  vr_status st = account_r(t, total, rtotal, VR_CAT_ACTIV, label);
-  t->quiet = false;
-  tensor x = {total, -1, 1, 1, VR_CAT_ACTIV, 1, 0};
-  if (st == VR_OK) {
-    PUSH(t->tensors, x, st = VR_ENOMEM);
-    id = (int64_t)t->tensors.n - 1;
-  }
-  if (st == VR_OK && !grow((void **)&t->nodes.v, &t->nodes.cap, t->nodes.n + 1,
-                           sizeof *t->nodes.v))
+                                       t->marks - 2, 0, {0}})) {
     st = VR_ENOMEM;
-  if (st) {
-    free(copy);
-    return st;
+    goto out;
   }
+  t->quiet = true;
+  st = account_r(t, total, rtotal, VR_CAT_ACTIV, label);
+  t->quiet = false;
+  if (st) goto out;
+  /* cannot fail: room for the tensor and the node was reserved above */
+  t->tensors.v[t->tensors.n++] = (tensor){total, -1, 1, 1, VR_CAT_ACTIV, 1, 0};
   bulk *b = &t->bulks[slot];
-  *b = (bulk){id, per_iter, per_iter_reserved, iters, rtotal, copy, nper, t->nodes.n, 0, false,
-              0, 0};
+  *b = (bulk){(int64_t)t->tensors.n - 1, per_iter, per_iter_reserved, iters, rtotal, copy, nper,
+              t->nodes.n, 0, false, 0, 0, (size_t)(n > 0 ? n : 1)};
+  copy = NULL; /* the bulk owns it now */
   node nd = {0, label, slot, 0, 0, 0, t->ids.n, t->edges.n, t->ids.n, 0, 0, 0, 0, 0};
   t->nodes.v[t->nodes.n++] = nd;
   *index = slot;
   if (slot == t->nbulks) t->nbulks++;
-  return VR_OK;
+out:
+  if (copy) vr_mem_free(&t->mem, copy, (size_t)(n > 0 ? n : 1) * sizeof *copy);
+  return st;
 }
 
 vr_status vr_tape_bulk_end(vr_tape *t, int index) {
@@ -542,12 +588,14 @@ static inline int64_t remap(const int64_t *map, int64_t lo, int64_t hi, int64_t 
 static vr_status run_ckpt(vr_tape *t, node nd, const int64_t *outs) {
   vr_status st = VR_OK;
   int64_t span = nd.id_hi - nd.id_lo;
-  int64_t *map = malloc((size_t)(span > 0 ? span : 1) * sizeof *map);
-  int64_t *tmp = NULL;
-  vr_edge *etmp = NULL;
+  size_t nmap = (size_t)(span > 0 ? span : 1);
+  int64_t *map = (int64_t *)vr_mem_array(&t->mem, nmap, sizeof *map);
+  /* a recorded node has at most 64 of each: room for the largest */
+  int64_t *tmp = (int64_t *)vr_mem_array(&t->mem, 2 * VR_MAX_EDGES, sizeof *tmp);
+  vr_edge *etmp = (vr_edge *)vr_mem_array(&t->mem, VR_MAX_EDGES, sizeof *etmp);
   size_t base = t->nodes.n;
-  if (!map) return VR_ENOMEM;
-  for (int64_t i = 0; i < span; i++) map[i] = -1;
+  if (!map || !tmp || !etmp) st = VR_ENOMEM;
+  for (int64_t i = 0; st == VR_OK && i < span; i++) map[i] = -1;
 #define MAP(x) remap(map, nd.id_lo, nd.id_hi, (x))
   t->recompute = true;
   for (size_t e = nd.ev_lo; st == VR_OK && e < nd.ev_hi; e++) {
@@ -575,14 +623,6 @@ static vr_status run_ckpt(vr_tape *t, node nd, const int64_t *outs) {
         break;
       case EV_NODE: {
         int nsaved = ev.cat, nin = ev.aux / 65536, nout = ev.aux % 65536;
-        free(tmp);
-        free(etmp);
-        tmp = malloc((size_t)(nsaved + nout + 1) * sizeof *tmp);
-        etmp = malloc((size_t)(nin + 1) * sizeof *etmp);
-        if (!tmp || !etmp) {
-          st = VR_ENOMEM;
-          break;
-        }
         size_t k = e + 1;
         for (int i = 0; i < nsaved; i++) tmp[i] = MAP(t->events.v[k++].a);
         for (int i = 0; i < nin; i++, k++)
@@ -607,9 +647,9 @@ static vr_status run_ckpt(vr_tape *t, node nd, const int64_t *outs) {
   }
 #undef MAP
   while (st == VR_OK && t->nodes.n > base) st = next_node(t);
-  free(map);
-  free(tmp);
-  free(etmp);
+  vr_mem_free(&t->mem, map, nmap * sizeof *map);
+  vr_mem_free(&t->mem, tmp, 2 * VR_MAX_EDGES * sizeof *tmp);
+  vr_mem_free(&t->mem, etmp, VR_MAX_EDGES * sizeof *etmp);
   return st;
 }
 
@@ -620,17 +660,22 @@ static vr_status run_bulk(vr_tape *t, bulk *b) {
   vr_status st = VR_OK;
   if (!b->measuring) return VR_ECOMPOSE; /* the last layer's nodes never ran */
   if (t->trace) {
-    /* a layer's new gradients: raw and as 512-byte blocks */
-    int64_t g = 0, gr = 0;
+    /* a layer's new gradients: their sum, and each one (GRAD) so that a
+     * program rounds them to its own block */
+    int64_t g = 0;
     for (int k = 0; k < b->nper; k++) {
       vr_edge e = b->edges[k];
-      if (t->tensors.v[e.tensor].grad >= 0) continue;
-      g += e.bytes;
-      gr += e.bytes % 512 ? e.bytes + 512 - e.bytes % 512 : e.bytes;
+      if (t->tensors.v[e.tensor].grad < 0 && !vr_add(g, e.bytes, &g)) return VR_EOVERFLOW;
     }
     if (!vr_trace_push(t->trace, (vr_op){VR_OP_BULK_BWD, t->tensors.v[b->tensor].cat, -1,
-                                         (int32_t)(b - t->bulks), b->iters, g, gr, {0}}))
+                                         (int32_t)(b - t->bulks), b->iters, g, 0, {0}}))
       return VR_ENOMEM;
+    for (int k = 0; k < b->nper; k++) {
+      vr_edge e = b->edges[k];
+      if (t->tensors.v[e.tensor].grad < 0 &&
+          !vr_trace_push(t->trace, (vr_op){VR_OP_GRAD, VR_CAT_GRADS, -1, 0, e.bytes, 0, 0, {0}}))
+        return VR_ENOMEM;
+    }
     t->quiet = true;
   }
   st = run_bulk_body(t, b);
@@ -640,23 +685,28 @@ static vr_status run_bulk(vr_tape *t, bulk *b) {
 
 static vr_status run_bulk_body(vr_tape *t, bulk *b) {
   vr_status st = VR_OK;
-  int64_t excursion = t->watch_peak - b->start, net = t->st.live - b->start;
-  int64_t rexcursion = t->watch_rpeak - b->rstart, rnet = t->st.reserved - b->rstart;
+  int64_t excursion = 0, net = 0, rexcursion = 0, rnet = 0;
   tensor *bt = &t->tensors.v[b->tensor];
+  if (!vr_sub(t->watch_peak, b->start, &excursion) || !vr_sub(t->st.live, b->start, &net) ||
+      !vr_sub(t->watch_rpeak, b->rstart, &rexcursion) ||
+      !vr_sub(t->st.reserved, b->rstart, &rnet))
+    st = VR_EOVERFLOW;
   for (int64_t j = 0; j < b->iters && st == VR_OK; j++) {
     st = account_r(t, excursion, rexcursion, VR_CAT_TEMP, -1);
     if (st == VR_OK) st = account_r(t, -excursion, -rexcursion, VR_CAT_TEMP, -1);
-    int64_t grads = 0, rgrads = 0;
+    int64_t grads = 0, rgrads = 0, block = 0, rel = 0, rrel = 0;
     for (int k = 0; k < b->nper && st == VR_OK; k++) {
       vr_edge e = b->edges[j * b->nper + k];
       if (t->tensors.v[e.tensor].grad >= 0) continue; /* accumulates in place */
       int64_t g = 0;
       st = new_tensor(t, e.bytes, VR_CAT_GRADS, -1, false, &g);
       if (st == VR_OK) t->tensors.v[e.tensor].grad = g;
-      grads += e.bytes;
-      rgrads += block_size(t, e.bytes);
+      if (st == VR_OK && (!vr_add(grads, e.bytes, &grads) || !block_size(t, e.bytes, &block) ||
+                          !vr_add(rgrads, block, &rgrads)))
+        st = VR_EOVERFLOW;
     }
-    int64_t rel = grads - net, rrel = rgrads - rnet;
+    if (st == VR_OK && (!vr_sub(grads, net, &rel) || !vr_sub(rgrads, rnet, &rrel)))
+      st = VR_EOVERFLOW;
     bt = &t->tensors.v[b->tensor];
     if (st == VR_OK && (rel < 0 || rel > bt->bytes || rrel < 0 || rrel > b->reserved_left))
       st = VR_ECOMPOSE;
@@ -673,8 +723,7 @@ static vr_status run_bulk_body(vr_tape *t, bulk *b) {
     bt->bytes = 0;
     bt->alive = 0;
   }
-  free(b->edges);
-  b->edges = NULL; /* the slot is free again */
+  free_bulk(t, b); /* the slot is free again */
   b->watch_hi = 0;
   return st;
 }
@@ -695,7 +744,8 @@ static vr_status run_node(vr_tape *t) {
   for (int i = 0; i < nd.nout; i++) any |= t->tensors.v[outs[i]].grad >= 0;
 
   if (nd.ckpt) {
-    int64_t *keep = malloc((size_t)(nd.nsaved + nd.nout + 1) * sizeof *keep);
+    size_t nkeep = (size_t)(nd.nsaved + nd.nout + 1);
+    int64_t *keep = (int64_t *)vr_mem_array(&t->mem, nkeep, sizeof *keep);
     if (!keep) return VR_ENOMEM;
     if (nd.nsaved + nd.nout > 0) memcpy(keep, saved, (size_t)(nd.nsaved + nd.nout) * sizeof *keep);
     t->ids.n = nd.off_saved;
@@ -704,7 +754,7 @@ static vr_status run_node(vr_tape *t) {
     for (int i = 0; i < nd.nout && st == VR_OK; i++) st = free_grad(t, keep[nd.nsaved + i]);
     for (int i = 0; i < nd.nsaved && st == VR_OK; i++) st = release(t, keep[i]);
     t->events.n = nd.ev_lo;
-    free(keep);
+    vr_mem_free(&t->mem, keep, nkeep * sizeof *keep);
     return st;
   }
 
@@ -794,12 +844,8 @@ int64_t vr_tape_bytes(const vr_tape *t, int64_t id) {
 
 void vr_tape_stats_get(const vr_tape *t, vr_tape_stats *s) { *s = t->st; }
 
-int vr_tape_phase_peaks(const vr_tape *t, int *phases, int64_t *peaks, int max) {
-  int n = 0;
-  for (int i = 0; i < t->nstrings && n < max; i++)
-    if (t->phase_peak[i] > 0) {
-      phases[n] = i;
-      peaks[n++] = t->phase_peak[i];
-    }
-  return n;
+int64_t vr_tape_phase_peak(const vr_tape *t, int index) {
+  return (index >= 0 && (size_t)index < t->strings.n) ? t->phase_peak.v[index] : 0;
 }
+
+int vr_tape_nstrings(const vr_tape *t) { return (int)t->strings.n; }

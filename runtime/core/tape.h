@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mem.h"
+
 typedef enum {
   VR_CAT_WEIGHTS,
   VR_CAT_MASTER,
@@ -58,17 +60,21 @@ typedef enum {
   VR_EALIAS,      /* alias names an output that does not exist */
   VR_ECAT,        /* category out of range */
   VR_ETOOMANY,    /* more than VR_MAX_EDGES inputs or outputs */
-  VR_ECOMPOSE     /* composed layers did not repeat the measured pattern */
+  VR_ECOMPOSE,    /* composed layers did not repeat the measured pattern */
+  VR_ELABELS      /* more distinct labels and phases than the table holds (2^20) */
 } vr_status;
 
 const char *vr_tape_error(vr_status st);
 
-vr_tape *vr_tape_new(void);
+/* A tape allocating through mem (NULL: the C library); the bindings pass
+ * the Lua state's allocator so the host's memory budget counts the tape. */
+vr_tape *vr_tape_new(const vr_mem *mem);
 void vr_tape_free(vr_tape *t);
 void vr_tape_reset(vr_tape *t);
 
-/* Labels and phases are interned; the returned index is stable. */
-int vr_tape_intern(vr_tape *t, const char *s);
+/* Labels and phases are interned; the index is stable. The table grows;
+ * past 2^20 distinct strings it is full (VR_ELABELS), never a silent drop. */
+vr_status vr_tape_intern(vr_tape *t, const char *s, int *index);
 vr_status vr_tape_phase(vr_tape *t, const char *name);
 
 vr_status vr_tape_alloc(vr_tape *t, int64_t bytes, int cat, int label, bool param,
@@ -134,11 +140,19 @@ int64_t vr_tape_grad(const vr_tape *t, int64_t id);
 int64_t vr_tape_bytes(const vr_tape *t, int64_t id);
 
 /* Caching-allocator block sizes: requests up to `small_max` round up to
- * `small_round`; larger ones to `large_round` (PyTorch CUDA: 512 B, 1 MiB,
- * 2 MiB). The reserved counter is the peak of those block sizes: a lower
- * bound of what the allocator reserves (fragmentation not modelled).
+ * `small_round`; larger ones to `large_round`. PyTorch CUDA
+ * (c10/cuda/CUDACachingAllocator.cpp): every block is a multiple of
+ * kMinBlockSize = 512 B; a request of kMinLargeAlloc = 10 MiB or more gets
+ * a segment of its own rounded to kRoundLarge = 2 MiB, while smaller ones
+ * are carved out of shared 2 MiB (kSmallBuffer, up to kSmallSize = 1 MiB)
+ * or 20 MiB (kLargeBuffer) segments -- so 512 B, 10 MiB, 2 MiB. The
+ * reserved counter is the peak of those block sizes: a lower bound of what
+ * the allocator reserves (shared segments and fragmentation not modelled).
  * All zero (the default) turns the rounding off. */
 void vr_tape_rounding(vr_tape *t, int64_t small_round, int64_t small_max, int64_t large_round);
+/* The block the allocator reserves for a request of bytes >= 0 (bytes
+ * itself when rounding is off); false when it overflows int64. */
+bool vr_tape_block(const vr_tape *t, int64_t bytes, int64_t *block);
 
 typedef struct {
   int64_t live;
@@ -153,7 +167,9 @@ typedef struct {
 
 void vr_tape_stats_get(const vr_tape *t, vr_tape_stats *s);
 const char *vr_tape_string(const vr_tape *t, int index);
-/* Peak of each phase in interned order; returns count, fills up to max. */
-int vr_tape_phase_peaks(const vr_tape *t, int *phases, int64_t *peaks, int max);
+/* Interned strings: how many, and the peak reached while each was the
+ * phase (0 for labels and phases never reached). */
+int vr_tape_nstrings(const vr_tape *t);
+int64_t vr_tape_phase_peak(const vr_tape *t, int index);
 
 #endif

@@ -1,26 +1,36 @@
 #include "trace.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 #include "checked.h"
 
+vr_trace *vr_trace_new(const vr_mem *mem) {
+  vr_mem m = mem ? *mem : (vr_mem){NULL, NULL};
+  vr_trace *tr = (vr_trace *)vr_mem_array(&m, 1, sizeof *tr);
+  if (!tr) return NULL;
+  memset(tr, 0, sizeof *tr);
+  tr->mem = m;
+  return tr;
+}
+
 bool vr_trace_push(vr_trace *tr, vr_op op) {
-  if (tr->n == tr->cap) {
-    size_t nc = tr->cap ? tr->cap * 2 : 256;
-    vr_op *p = realloc(tr->ops, nc * sizeof *p);
-    if (!p) return false;
-    tr->ops = p;
-    tr->cap = nc;
-  }
+  if (!vr_mem_grow(&tr->mem, (void **)&tr->ops, &tr->cap, tr->n + 1, sizeof *tr->ops, 256))
+    return false;
   tr->ops[tr->n++] = op;
   return true;
 }
 
+void vr_trace_release(vr_trace *tr) {
+  vr_mem_free(&tr->mem, tr->ops, tr->cap * sizeof *tr->ops);
+  tr->ops = NULL;
+  tr->n = tr->cap = 0;
+}
+
 void vr_trace_free(vr_trace *tr) {
   if (!tr) return;
-  free(tr->ops);
-  free(tr);
+  vr_mem m = tr->mem;
+  vr_trace_release(tr);
+  vr_mem_free(&m, tr, sizeof *tr);
 }
 
 /* Checked evaluation; false on overflow. */
@@ -44,17 +54,18 @@ static bool poly(const int64_t c[VR_MONOMIALS], int64_t b, int64_t t, int64_t *o
 static const int64_t PROBE_B[] = {1, 1, 1, 2, 2, 2, 3};
 static const int64_t PROBE_T[] = {1, 2, 3, 1, 2, 3, 5};
 
-/* v(T) = a + b T + c T^2 through T = 1, 2, 3. */
+/* v(T) = a + b T + c T^2 through T = 1, 2, 3; false when the second
+ * difference is odd (not an integer polynomial) or a step overflows. */
 static bool quad(const int64_t v[3], int64_t q[3]) {
-  int64_t d2 = v[2] - 2 * v[1] + v[0];
+  int64_t twice = 0, d2 = 0, d1 = 0, thrice = 0;
+  if (!vr_mul(v[1], 2, &twice) || !vr_sub(v[2], twice, &d2) || !vr_add(d2, v[0], &d2))
+    return false;
   if (d2 % 2) return false;
   q[2] = d2 / 2;
-  q[1] = v[1] - v[0] - 3 * q[2];
-  q[0] = v[0] - q[1] - q[2];
-  return true;
+  if (!vr_sub(v[1], v[0], &d1) || !vr_mul(q[2], 3, &thrice) || !vr_sub(d1, thrice, &q[1]))
+    return false;
+  return vr_sub(v[0], q[1], &q[0]) && vr_sub(q[0], q[2], &q[0]);
 }
-
-static int64_t rounded(int64_t x, int64_t r);
 
 /* +1 when every term is >= 0, -1 when every term is <= 0, 0 when mixed. */
 static int sign_of(const vr_op *op) {
@@ -74,11 +85,23 @@ static bool block_exact(const vr_op *op, int64_t round) {
   return true;
 }
 
+/* prev += op term by term; false (prev unchanged) on overflow. */
+static bool merge(vr_op *prev, const vr_op *op) {
+  int64_t sum[VR_MONOMIALS];
+  for (int i = 0; i < VR_MONOMIALS; i++)
+    if (!vr_add(prev->coef[i], op->coef[i], &sum[i])) return false;
+  memcpy(prev->coef, sum, sizeof sum);
+  prev->label = op->label;
+  return true;
+}
+
 /* Consecutive size-independent changes of one category and one sign
  * (weights, optimizer states, gradients of the set-up) fold into one, and so
  * do size-dependent ones that the block rounding leaves exact: the peak of a
- * run of allocations is at its end, frees never make a peak. */
-static void fold_constants(vr_trace *prog) {
+ * run of allocations is at its end, frees never make a peak. Changes whose
+ * sum would overflow stay apart (evaluation then reports the overflow).
+ * False when a constant overflows once rounded to the block. */
+static bool fold_constants(vr_trace *prog) {
   size_t w = 0;
   for (size_t j = 0; j < prog->n; j++) {
     vr_op op = prog->ops[j];
@@ -87,24 +110,18 @@ static void fold_constants(vr_trace *prog) {
       int sg = sign_of(&op);
       if (prev->kind == VR_OP_DELTA && prev->cat == op.cat && sg != 0 &&
           sign_of(prev) == sg && block_exact(prev, prog->round) &&
-          block_exact(&op, prog->round)) {
-        for (int i = 0; i < VR_MONOMIALS; i++) prev->coef[i] += op.coef[i];
-        prev->label = op.label;
+          block_exact(&op, prog->round) && merge(prev, &op))
         continue;
-      }
     }
     bool constant = op.kind == VR_OP_DELTA;
     for (int i = 1; constant && i < VR_MONOMIALS; i++) constant = op.coef[i] == 0;
     if (constant) {
       op.kind = VR_OP_CONST;
-      op.coef[0] = rounded(op.coef[0], prog->round);
+      if (!vr_round_up(op.coef[0], prog->round, &op.coef[0])) return false;
       vr_op *prev = w > 0 ? &prog->ops[w - 1] : NULL;
       if (prev && prev->kind == VR_OP_CONST && prev->cat == op.cat &&
-          (prev->coef[0] > 0) == (op.coef[0] > 0)) {
-        prev->coef[0] += op.coef[0];
-        prev->label = op.label;
+          (prev->coef[0] > 0) == (op.coef[0] > 0) && merge(prev, &op))
         continue;
-      }
     }
     prog->ops[w++] = op;
   }
@@ -121,9 +138,40 @@ static void fold_constants(vr_trace *prog) {
       }
     if (nz != 1) op->slot = -1;
   }
+  return true;
+}
+
+/* A DELTA's coefficients from its seven probe values; NULL or the reason. */
+static const char *fit_delta(const vr_trace *const *tr, size_t j, vr_op *op) {
+  int64_t v1[3] = {tr[0]->ops[j].value, tr[1]->ops[j].value, tr[2]->ops[j].value};
+  int64_t v2[3] = {tr[3]->ops[j].value, tr[4]->ops[j].value, tr[5]->ops[j].value};
+  int64_t q1[3], q2[3], check = 0;
+  if (!quad(v1, q1) || !quad(v2, q2)) return "a size is not an integer polynomial in batch and seq";
+  /* each coefficient is linear in B: c(B) = c0 + c1 B through B = 1, 2 */
+  for (int d = 0; d < 3; d++) {
+    int64_t c1 = 0, c0 = 0;
+    if (!vr_sub(q2[d], q1[d], &c1) || !vr_sub(q1[d], c1, &c0))
+      return "a size's polynomial in batch and seq overflows int64";
+    op->coef[d == 0 ? 0 : (d == 1 ? 2 : 4)] = c0;
+    op->coef[d == 0 ? 1 : (d == 1 ? 3 : 5)] = c1;
+  }
+  if (!poly(op->coef, PROBE_B[6], PROBE_T[6], &check) || check != tr[6]->ops[j].value)
+    return "a size is not a polynomial in batch and seq of degree (1, 2)";
+  return NULL;
+}
+
+/* A composed layer's new gradients in the program's blocks: the GRAD ops
+ * that follow its BULK_BWD at j. */
+static bool bulk_grads(const vr_trace *tr, size_t j, int64_t round, int64_t *out) {
+  int64_t sum = 0, r = 0;
+  for (size_t k = j + 1; k < tr->n && tr->ops[k].kind == VR_OP_GRAD; k++)
+    if (!vr_round_up(tr->ops[k].value, round, &r) || !vr_add(sum, r, &sum)) return false;
+  *out = sum;
+  return true;
 }
 
 vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, int64_t round, const char **why) {
+  vr_trace *out = NULL;
   *why = "";
   if (k != 7) {
     *why = "needs the 7 standard probes";
@@ -134,8 +182,9 @@ vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, int64_t round, const ch
       *why = "the probes' traces differ in shape (a size-dependent branch)";
       return NULL;
     }
-  vr_trace *out = calloc(1, sizeof *out);
-  if (!out) return NULL;
+  out = vr_trace_new(&tr[0]->mem);
+  if (!out) goto nomem;
+  out->round = round;
   for (size_t j = 0; j < tr[0]->n; j++) {
     vr_op op = tr[0]->ops[j];
     for (int i = 1; i < k; i++) {
@@ -144,39 +193,28 @@ vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, int64_t round, const ch
                   (op.kind == VR_OP_DELTA || (o->value == op.value && o->extra == op.extra));
       if (!same) {
         *why = "the probes' traces differ op by op (a size-dependent branch)";
-        vr_trace_free(out);
-        return NULL;
+        goto fail;
       }
     }
-    if (op.kind == VR_OP_DELTA) {
-      int64_t v1[3] = {tr[0]->ops[j].value, tr[1]->ops[j].value, tr[2]->ops[j].value};
-      int64_t v2[3] = {tr[3]->ops[j].value, tr[4]->ops[j].value, tr[5]->ops[j].value};
-      int64_t q1[3], q2[3], check = 0;
-      if (!quad(v1, q1) || !quad(v2, q2)) {
-        *why = "a size is not an integer polynomial in batch and seq";
-        vr_trace_free(out);
-        return NULL;
-      }
-      /* each coefficient is linear in B: c(B) = c0 + c1 B through B = 1, 2 */
-      for (int d = 0; d < 3; d++) {
-        int64_t c1 = q2[d] - q1[d], c0 = q1[d] - c1;
-        op.coef[d == 0 ? 0 : (d == 1 ? 2 : 4)] = c0;
-        op.coef[d == 0 ? 1 : (d == 1 ? 3 : 5)] = c1;
-      }
-      if (!poly(op.coef, PROBE_B[6], PROBE_T[6], &check) || check != tr[6]->ops[j].value) {
-        *why = "a size is not a polynomial in batch and seq of degree (1, 2)";
-        vr_trace_free(out);
-        return NULL;
-      }
+    if (op.kind == VR_OP_GRAD) continue; /* folded into its BULK_BWD */
+    if (op.kind == VR_OP_DELTA && (*why = fit_delta(tr, j, &op)) != NULL) goto fail;
+    if (op.kind == VR_OP_BULK_BWD && !bulk_grads(tr[0], j, round, &op.extra_rounded)) {
+      *why = "a composed layer's gradient bytes overflow int64";
+      goto fail;
     }
-    if (!vr_trace_push(out, op)) {
-      vr_trace_free(out);
-      return NULL;
-    }
+    if (!vr_trace_push(out, op)) goto nomem;
   }
-  out->round = round;
-  fold_constants(out);
+  *why = "";
+  if (!fold_constants(out)) {
+    *why = "a constant size overflows int64 once rounded to the block";
+    goto fail;
+  }
   return out;
+nomem:
+  *why = "out of memory";
+fail:
+  vr_trace_free(out);
+  return NULL;
 }
 
 #define MAX_SLOTS 64
@@ -188,10 +226,13 @@ typedef struct {
   int64_t watch;
 } state;
 
-static void add(state *s, int64_t x, int cat, int label) {
-  s->live += x;
-  s->cat[cat] += x;
-  if (x <= 0) return; /* a free never makes a peak */
+/* Live bytes change by x; false on overflow. */
+static bool add(state *s, int64_t x, int cat, int label) {
+  int64_t live = 0, c = 0;
+  if (!vr_add(s->live, x, &live) || !vr_add(s->cat[cat], x, &c)) return false;
+  s->live = live;
+  s->cat[cat] = c;
+  if (x <= 0) return true; /* a free never makes a peak */
   if (s->live > s->watch) s->watch = s->live;
   if (s->live > s->r->peak) {
     s->r->peak = s->live;
@@ -199,13 +240,13 @@ static void add(state *s, int64_t x, int cat, int label) {
     s->r->peak_label = label;
     memcpy(s->r->at_peak, s->cat, sizeof s->cat);
   }
+  return true;
 }
 
-static int64_t rounded(int64_t x, int64_t r) {
-  if (r <= 0 || x == 0) return x;
-  int64_t a = x < 0 ? -x : x;
-  if (a % r) a += r - a % r;
-  return x < 0 ? -a : a;
+/* An allocation and its free (a layer's excursion). */
+static bool add_free(state *s, int64_t x, int cat, int label) {
+  int64_t neg = 0;
+  return vr_sub(0, x, &neg) && add(s, x, cat, label) && add(s, neg, cat, label);
 }
 
 bool vr_trace_eval(const vr_trace *prog, int64_t batch, int64_t seq, vr_trace_result *out) {
@@ -224,22 +265,19 @@ bool vr_trace_eval(const vr_trace *prog, int64_t batch, int64_t seq, vr_trace_re
     switch (op->kind) {
       case VR_OP_DELTA: {
         if (op->slot >= 0) { /* most sizes are one term */
-          if (__builtin_mul_overflow(op->coef[op->slot], m[op->slot], &x)) return false;
-          add(&s, rounded(x, round), op->cat, op->label);
-          break;
+          if (!vr_mul(op->coef[op->slot], m[op->slot], &x)) return false;
+        } else {
+          for (int i = 0; i < VR_MONOMIALS; i++) {
+            int64_t term = 0;
+            if (op->coef[i] == 0) continue;
+            if (!vr_mul(op->coef[i], m[i], &term) || !vr_add(x, term, &x)) return false;
+          }
         }
-        for (int i = 0; i < VR_MONOMIALS; i++) {
-          int64_t term = 0;
-          if (op->coef[i] == 0) continue;
-          if (__builtin_mul_overflow(op->coef[i], m[i], &term) ||
-              __builtin_add_overflow(x, term, &x))
-            return false;
-        }
-        add(&s, rounded(x, round), op->cat, op->label);
+        if (!vr_round_up(x, round, &x) || !add(&s, x, op->cat, op->label)) return false;
         break;
       }
       case VR_OP_CONST:
-        add(&s, op->coef[0], op->cat, op->label);
+        if (!add(&s, op->coef[0], op->cat, op->label)) return false;
         break;
       case VR_OP_PHASE:
         s.phase = op->label;
@@ -249,9 +287,10 @@ bool vr_trace_eval(const vr_trace *prog, int64_t batch, int64_t seq, vr_trace_re
         break;
       case VR_OP_BULK_FWD: { /* two marks bracket one simulated layer */
         int mk = (int)(op->extra >= 0 && op->extra + 1 < MAX_SLOTS ? op->extra : 0);
-        x = (marks[mk + 1] - marks[mk]) * op->value;
+        if (!vr_sub(marks[mk + 1], marks[mk], &x) || !vr_mul(x, op->value, &x) ||
+            !add(&s, x, op->cat, op->label))
+          return false;
         left[slot] = x;
-        add(&s, x, op->cat, op->label);
         break;
       }
       case VR_OP_MEASURE:
@@ -259,16 +298,17 @@ bool vr_trace_eval(const vr_trace *prog, int64_t batch, int64_t seq, vr_trace_re
         s.watch = s.live;
         break;
       case VR_OP_BULK_BWD: {
-        int64_t exc = s.watch - start[slot], net = s.live - start[slot];
+        int64_t exc = 0, net = 0, rel = 0, neg = 0;
         int64_t g = round > 0 ? op->extra_rounded : op->extra;
+        if (!vr_sub(s.watch, start[slot], &exc) || !vr_sub(s.live, start[slot], &net) ||
+            !vr_sub(g, net, &rel) || !vr_sub(0, rel, &neg))
+          return false;
         for (int64_t i = 0; i < op->value; i++) {
-          add(&s, exc, VR_CAT_TEMP, op->label);
-          add(&s, -exc, 6, op->label);
-          add(&s, g, VR_CAT_GRADS, op->label);
-          add(&s, -(g - net), op->cat, op->label);
-          left[slot] -= g - net;
+          if (!add_free(&s, exc, VR_CAT_TEMP, op->label) || !add(&s, g, VR_CAT_GRADS, op->label) ||
+              !add(&s, neg, op->cat, op->label) || !vr_sub(left[slot], rel, &left[slot]))
+            return false;
         }
-        add(&s, -left[slot], op->cat, op->label);
+        if (!vr_sub(0, left[slot], &neg) || !add(&s, neg, op->cat, op->label)) return false;
         break;
       }
       default:

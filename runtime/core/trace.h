@@ -12,11 +12,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mem.h"
 #include "tape.h" /* the categories, vr_cat */
 
 enum {
   VR_OP_DELTA, VR_OP_PHASE, VR_OP_MARK, VR_OP_BULK_FWD, VR_OP_MEASURE, VR_OP_BULK_BWD,
-  VR_OP_CONST /* a fitted DELTA that does not depend on the sizes, already rounded */
+  VR_OP_CONST, /* a fitted DELTA that does not depend on the sizes, already rounded */
+  VR_OP_GRAD   /* traces only: after a BULK_BWD, one per layer parameter (value: its
+                  gradient's bytes), so a program rounds them to its own block */
 };
 
 #define VR_MONOMIALS 6
@@ -25,7 +28,8 @@ typedef struct {
   int32_t kind, cat, label, slot; /* slot: mark (MARK) or bulk (BULK_*, MEASURE) index */
   int64_t value;                  /* recorded bytes (DELTA) or iterations (BULK_*) */
   int64_t extra, extra_rounded;   /* BULK_FWD: first of its two marks; BULK_BWD: gradient
-                                     bytes per layer (raw, and 512-rounded) */
+                                     bytes per layer (raw; in a program also rounded to
+                                     the program's block) */
   int64_t coef[VR_MONOMIALS];     /* fitted DELTA polynomial */
 } vr_op;
 
@@ -34,14 +38,21 @@ typedef struct vr_trace {
   size_t n, cap;
   int64_t batch, seq;             /* the probe this trace was recorded at */
   int64_t round;                  /* programs: the allocator block every tensor rounds to */
+  vr_mem mem;                     /* where ops (and the trace itself, if new) live */
 } vr_trace;
 
+/* An empty trace allocated through mem (NULL: the C library). */
+vr_trace *vr_trace_new(const vr_mem *mem);
 bool vr_trace_push(vr_trace *tr, vr_op op);
+/* Frees a trace from vr_trace_new or vr_trace_fit; NULL is fine. */
 void vr_trace_free(vr_trace *tr);
+/* Frees the ops of a trace that lives elsewhere (on the stack). */
+void vr_trace_release(vr_trace *tr);
 
 /* Fits a program from k traces recorded at the probes' (batch, seq): they
  * must agree op by op; DELTA values must be an integer polynomial that the
- * last probe confirms exactly. Returns NULL (and a reason) otherwise. */
+ * last probe confirms exactly. Returns NULL (and a reason) otherwise. The
+ * program is allocated through the first trace's allocator. */
 vr_trace *vr_trace_fit(const vr_trace *const *traces, int k, int64_t round, const char **why);
 
 typedef struct {
@@ -50,7 +61,8 @@ typedef struct {
   int64_t at_peak[VR_NCAT];
 } vr_trace_result;
 
-/* Evaluates a fitted program (tensors rounded to the program's block). */
+/* Evaluates a fitted program (tensors rounded to the program's block);
+ * false when a size or a sum of sizes overflows int64. */
 bool vr_trace_eval(const vr_trace *prog, int64_t batch, int64_t seq, vr_trace_result *out);
 
 #endif

@@ -26,7 +26,7 @@ static void probes(vr_trace tr[7], size_fn act, int64_t weight) {
 }
 
 static void release(vr_trace tr[7]) {
-  for (int i = 0; i < 7; i++) free(tr[i].ops);
+  for (int i = 0; i < 7; i++) vr_trace_release(&tr[i]);
 }
 
 /* Fits the seven probe traces; NULL (with a reason) when refused. */

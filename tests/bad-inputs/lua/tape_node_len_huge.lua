@@ -1,0 +1,5 @@
+-- issue 10 item 3: a __len of 2^32-2 was cast to int (-2)
+local t = vram.tape()
+local id = t:alloc(16, "activations")
+local list = setmetatable({}, { __len = function() return (1 << 32) - 2 end })
+t:node(list, {}, { id })
