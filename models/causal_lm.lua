@@ -1,14 +1,36 @@
 -- A decoder-only causal LM as a simulator family (text in, logits/loss out).
 local decoder = require("models.decoder")
 local loss = require("stdlib.loss")
+local moe = require("stdlib.moe")
 
 local F = {}
+
+-- How the experts of an MoE run: what the run asks for, else what
+-- transformers does (a loop over the experts; gpt-oss's fused experts run
+-- every expert on every token outside training on a GPU).
+function F.moe_impl(run, m)
+  if not m.moe then return nil end
+  if run.moe and run.moe.impl then return run.moe.impl end
+  if m.moe.fused and run.mode ~= "train" and run.framework ~= "pytorch-cpu" then
+    return "dense"
+  end
+  return "loop"
+end
+
+-- The run as the decoder sees it: the MoE implementation, and a list that
+-- collects every layer's router logits when the auxiliary loss is on.
+local function decoder_run(run, m, train)
+  local aux = m.moe and train and (run.moe and run.moe.aux_loss)
+  if aux == nil then aux = m.moe and train and m.aux_loss end
+  return setmetatable({ moe_impl = F.moe_impl(run, m), router_logits = aux and {} or nil },
+    { __index = run })
+end
 
 function F.build(S, run, pol)
   local m = run.text
   local trainable, lora = pol("llm")
   return decoder.build(S, m, { dt = run.param_dtype, trainable = trainable, lora = lora,
-    quant = run.quant })
+    quant = run.quant, moe_impl = F.moe_impl(run, m) })
 end
 
 function F.inputs(S, run)
@@ -20,31 +42,46 @@ end
 
 -- Embedding, decoder and head; logits count as `cat`.
 local function logits(S, P, run, cat)
+  run = decoder_run(run, P.m, cat == "logits_loss")
   local emb = decoder.embed(S, P, run.batch * run.seq)
   local h = decoder.forward(S, P, emb, run)
   S:drop(emb)
   S.cat = cat
   local lg = decoder.logits(S, P, h, run)
   S:drop(h)
-  return lg
+  return lg, run.router_logits
+end
+
+-- loss + router_aux_loss_coef * load_balancing_loss(all router logits)
+local function add_aux(S, P, run, l, kept)
+  if not kept or #kept == 0 then return l end
+  local aux = moe.aux_loss(S, kept, run.batch * run.seq, P.m.moe, "aux_loss")
+  for _, lg in ipairs(kept) do S:drop(lg) end
+  local scaled = S:op("aux_loss.coef", 1, aux.dt, { aux }, {}, { { aux } })
+  S:drop(aux)
+  local total = S:op("loss.add_aux", 1, "fp32", { l, scaled }, {},
+    { { l, alias = 1 }, { scaled, alias = 1 } })
+  S:drop(l, scaled)
+  return total
 end
 
 function F.forward_loss(S, P, run)
-  if run.loss == "chunked" and not P.m.factor then
+  if run.loss == "chunked" and not P.m.factor and not P.m.final_softcap then
+    local r = decoder_run(run, P.m, true)
     local emb = decoder.embed(S, P, run.batch * run.seq)
-    local h = decoder.forward(S, P, emb, run)
+    local h = decoder.forward(S, P, emb, r)
     S:drop(emb)
     S.cat = "logits_loss"
     local l = loss.chunked(S, h, P.head.w, run.batch * run.seq, P.m.vocab, run.loss_chunk)
     S:drop(h)
     S.cat = "activations"
-    return l
+    return add_aux(S, P, run, l, r.router_logits)
   end
-  local lg = logits(S, P, run, "logits_loss")
+  local lg, kept = logits(S, P, run, "logits_loss")
   local l = loss.causal_lm(S, lg, run.batch * run.seq, P.m.vocab, run.batch, run.seq, run.loss)
   S:drop(lg)
   S.cat = "activations"
-  return l
+  return add_aux(S, P, run, l, kept)
 end
 
 function F.forward_logits(S, P, run)
@@ -59,7 +96,8 @@ function F.generate(S, P, run, prefix_embeds)
   local cache = {}
   tape:phase("prefill")
   local emb = prefix_embeds or decoder.embed(S, P, B * T)
-  local r = { batch = B, seq = T, past = 0, cache = cache }
+  local impl = F.moe_impl(run, P.m)
+  local r = { batch = B, seq = T, past = 0, cache = cache, moe_impl = impl }
   local h = decoder.forward(S, P, emb, r)
   S:drop(emb)
   local logits = decoder.logits(S, P, h, r, 1)
@@ -77,7 +115,7 @@ function F.generate(S, P, run, prefix_embeds)
   local past = T
   for _ = 1, run.generate_tokens - 1 do
     local e = decoder.embed(S, P, B)
-    local rr = { batch = B, seq = 1, past = past, cache = cache }
+    local rr = { batch = B, seq = 1, past = past, cache = cache, moe_impl = impl }
     local hh = decoder.forward(S, P, e, rr)
     S:drop(e)
     local lg = decoder.logits(S, P, hh, rr, 1)

@@ -6,13 +6,226 @@ local layers = require("stdlib.layers")
 local cfgutil = require("stdlib.config")
 local compose = require("stdlib.compose")
 
-local D = { families = { "llama", "mistral", "qwen2", "qwen3" } }
+local D = { families = { "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text",
+  "olmo2", "olmo3", "glm", "glm4", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2",
+  "deepseek_v3", "gpt_oss" } }
+
+-- Config keys that change the parameter count or the shapes of a decoder.
+-- A variant lists those it reads (`models`); any other one present with a
+-- non-empty value is refused, so that a Mixtral config relabelled `mistral`
+-- is an error, never a dense 7B count.
+D.COUNT_KEYS = { "num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size",
+  "n_shared_experts", "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank",
+  "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
+  "num_nextn_predict_layers", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+  "use_factorized_embeddings", "factorization_dim" }
+
+local function benign(v)
+  return v == nil or v == false or v == 0 or (type(v) == "table" and next(v) == nil)
+end
+
+local MOE_KEYS = { "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+  "decoder_sparse_step", "mlp_only_layers" }
+local FACTOR = { "use_factorized_embeddings", "factorization_dim" }
+
+-- Per model_type: HF config-class defaults for keys a file may leave out,
+-- the count keys it models, and `read(c, m)` for what is particular to it.
+-- Each follows transformers' modeling_<model_type>.py.
+local V = {}
+
+V.llama = { models = FACTOR, read = function(c, m)
+  m.qkv_bias = c:bool("attention_bias", false)
+  m.o_bias = m.qkv_bias
+end }
+V.mistral = V.llama
+-- Yxanul (models/yxanul.lua counts it): Llama layers, factorized embeddings
+V.yxanul = V.llama
+V.qwen2 = { models = FACTOR, read = function(c, m) m.qkv_bias, m.o_bias = true, false end }
+V.qwen3 = { models = FACTOR, read = function(c, m)
+  V.llama.read(c, m)
+  m.qk_norm = c:bool("qk_norm", true) and "head" or nil
+end }
+-- Phi-3/3.5/4: fused qkv_proj and gate_up_proj, no biases
+V.phi3 = { tie = false, read = function(c, m) m.fused_qkv, m.fused_gate_up = true, true end }
+-- Gemma (1): (1 + w) fp32 RMSNorm, sqrt(H) embedding scale, tied head
+V.gemma = { tie = true, head_dim = 256, read = function(c, m)
+  m.norm_kind, m.embed_scale = "gemma", true
+  m.qkv_bias = c:bool("attention_bias", false)
+  m.o_bias = m.qkv_bias
+end }
+-- Gemma 2: four norms per layer (sandwich), (1 + w) fp32 RMSNorm, sqrt(H)
+-- embedding scale, tanh soft-capping of attention scores and final logits
+V.gemma2 = { tie = true, head_dim = 256, read = function(c, m)
+  m.norms, m.norm_kind, m.embed_scale = "sandwich", "gemma", true
+  m.qkv_bias = c:bool("attention_bias", false)
+  m.o_bias = m.qkv_bias
+  -- (a cap of 0 or null means none; absent is the class default)
+  local fc, ac = c:num("final_logit_softcapping", 30.0), c:num("attn_logit_softcapping", 50.0)
+  m.final_softcap = fc > 0 and fc or nil
+  m.attn_softcap = ac > 0 and ac or nil
+  m.sliding_window = c:int("sliding_window", 4096, true)
+end }
+-- Gemma 3 text: Gemma 2 plus q_norm/k_norm per head, no soft-capping by
+-- default, a 262k vocabulary
+V.gemma3_text = { tie = true, head_dim = 256, read = function(c, m)
+  m.norms, m.norm_kind, m.embed_scale = "sandwich", "gemma", true
+  m.qkv_bias = c:bool("attention_bias", false)
+  m.o_bias = m.qkv_bias
+  m.qk_norm = "head"
+  m.final_softcap = c:num("final_logit_softcapping", nil)
+  m.attn_softcap = c:num("attn_logit_softcapping", nil)
+  m.sliding_window = c:int("sliding_window", 4096, true)
+end }
+-- OLMo 2/3: no pre-norms; RMSNorm after attention and after the MLP, and
+-- q_norm/k_norm over the whole projection (heads x head_dim)
+V.olmo2 = { tie = false, read = function(c, m)
+  m.norms, m.norm_kind, m.qk_norm = "post", "fp32_weight", "full"
+  m.qkv_bias = c:bool("attention_bias", false)
+  m.o_bias = m.qkv_bias
+end }
+V.olmo3 = { tie = false, read = function(c, m)
+  V.olmo2.read(c, m)
+  m.sliding_window = c:int("sliding_window", 4096, true)
+end }
+-- GLM-4 (-hf): q/k/v bias, fused gate_up_proj; glm4 adds post-attention and
+-- post-MLP norms (four per layer)
+V.glm = { tie = false, head_dim = 128, read = function(c, m)
+  m.qkv_bias, m.o_bias = c:bool("attention_bias", true), false
+  m.fused_gate_up = true
+end }
+V.glm4 = { tie = false, head_dim = 128, read = function(c, m)
+  V.glm.read(c, m)
+  m.norms = "sandwich"
+end }
+
+-- MoE layers of Qwen2-MoE / Qwen3-MoE: (i+1) % decoder_sparse_step == 0
+-- and i not in mlp_only_layers.
+local function qwen_moe_layers(c, m)
+  local step = c:int("decoder_sparse_step", 1)
+  local only = c:raw("mlp_only_layers") or {}
+  if type(only) ~= "table" then c:fail("mlp_only_layers", "must be a list of layer indices") end
+  local dense = {}
+  for i, v in ipairs(only) do
+    if math.type(v) ~= "integer" or v < 0 then
+      c:fail("mlp_only_layers[" .. i .. "]", "must be a layer index >= 0, got " .. tostring(v))
+    end
+    dense[v] = true
+  end
+  local out = {}
+  for i = 0, m.layers - 1 do out[i + 1] = not dense[i] and (i + 1) % step == 0 end
+  return out
+end
+
+V.mixtral = { tie = false, models = { "num_local_experts" }, read = function(c, m)
+  m.moe = { experts = c:int("num_local_experts", 8), top_k = c:int("num_experts_per_tok", 2),
+    inter = m.intermediate, norm_topk = true }
+  m.moe_layers = "all"
+  m.aux_loss = c:bool("output_router_logits", false)
+end }
+V.qwen2_moe = { tie = false, models = { "num_experts", "moe_intermediate_size",
+  "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers" },
+  read = function(c, m)
+  m.qkv_bias, m.o_bias = c:bool("qkv_bias", true), false
+  m.moe = { experts = c:int("num_experts", 60), top_k = c:int("num_experts_per_tok", 4),
+    inter = c:int("moe_intermediate_size", 1408),
+    shared_inter = c:int("shared_expert_intermediate_size", 5632, false, 0),
+    shared_gate = true, norm_topk = c:bool("norm_topk_prob", false) }
+  if m.moe.shared_inter == 0 then m.moe.shared_inter, m.moe.shared_gate = nil, nil end
+  m.moe_layers = qwen_moe_layers(c, m)
+  m.aux_loss = c:bool("output_router_logits", false)
+end }
+V.qwen3_moe = { tie = false, models = MOE_KEYS, read = function(c, m)
+  V.qwen3.read(c, m)
+  m.moe = { experts = c:int("num_experts", 128), top_k = c:int("num_experts_per_tok", 8),
+    inter = c:int("moe_intermediate_size", 768), norm_topk = c:bool("norm_topk_prob", false) }
+  m.moe_layers = qwen_moe_layers(c, m)
+  m.aux_loss = c:bool("output_router_logits", false)
+end }
+-- OLMoE: q_norm/k_norm over the whole projection, experts of
+-- intermediate_size, pre-norm layers
+V.olmoe = { tie = false, models = { "num_experts" }, read = function(c, m)
+  m.qk_norm = "full"
+  m.qkv_bias = c:bool("attention_bias", false)
+  m.o_bias = m.qkv_bias
+  m.moe = { experts = c:int("num_experts", 64), top_k = c:int("num_experts_per_tok", 8),
+    inter = m.intermediate, norm_topk = c:bool("norm_topk_prob", false) }
+  m.moe_layers = "all"
+  m.aux_loss = c:bool("output_router_logits", false)
+end }
+-- DeepSeek-V2/V3: multi-head latent attention (q_lora_rank absent or null:
+-- a plain q_proj), dense MLPs in the first first_k_dense_replace layers,
+-- shared experts, fp32 routing. V3's multi-token-prediction layers
+-- (num_nextn_predict_layers) are in the checkpoint but transformers does not
+-- load them: not counted, reported as a note.
+local function deepseek(c, m, v3)
+  m.qkv_bias = c:bool("attention_bias", false)
+  m.o_bias = m.qkv_bias
+  m.mla = { q_lora = c:int("q_lora_rank", nil, true), kv_lora = c:int("kv_lora_rank"),
+    nope = c:int("qk_nope_head_dim"), rope = c:int("qk_rope_head_dim"),
+    v_dim = c:int("v_head_dim") }
+  m.head_dim = m.mla.nope + m.mla.rope
+  local routed = c:int("n_routed_experts", nil, true)
+  m.moe = { experts = routed, top_k = c:int("num_experts_per_tok", routed and nil or 1),
+    inter = c:int("moe_intermediate_size"), norm_topk = c:bool("norm_topk_prob", v3),
+    router_fp32 = true, weights_dtype = "fp32", acc_fp32 = true,
+    scaling = c:num("routed_scaling_factor", 1.0) ~= 1.0, score_bias = v3 }
+  local shared = c:int("n_shared_experts", nil, true, 0)
+  if shared and shared > 0 then m.moe.shared_inter = vram.mul(shared, m.moe.inter) end
+  local first = c:int("first_k_dense_replace", 0, false, 0)
+  local freq = c:int("moe_layer_freq", 1)
+  m.moe_layers = {}
+  for i = 0, m.layers - 1 do
+    m.moe_layers[i + 1] = routed ~= nil and i >= first and (v3 or i % freq == 0)
+  end
+  m.mtp = c:int("num_nextn_predict_layers", 0, false, 0)
+end
+local DS_KEYS = { "n_routed_experts", "moe_intermediate_size", "n_shared_experts",
+  "kv_lora_rank", "q_lora_rank", "first_k_dense_replace", "moe_layer_freq",
+  "num_nextn_predict_layers", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim" }
+V.deepseek_v2 = { tie = false, models = DS_KEYS, read = function(c, m) deepseek(c, m, false) end }
+V.deepseek_v3 = { tie = false, models = DS_KEYS, read = function(c, m) deepseek(c, m, true) end }
+-- gpt-oss: biases everywhere, a learned attention sink per head, fused
+-- (E, H, 2I) experts with biases and a clamped GLU, a router with a bias
+V.gpt_oss = { tie = false, head_dim = 64, models = { "num_local_experts" },
+  read = function(c, m)
+  m.qkv_bias = c:bool("attention_bias", true)
+  m.o_bias = m.qkv_bias
+  m.sinks = true
+  local k = c:int("num_experts_per_tok", nil, true) or c:int("experts_per_token", 4)
+  m.moe = { experts = c:int("num_local_experts", 128), top_k = k, inter = m.intermediate,
+    router_bias = true, fused = true, expert_bias = true, norm_topk = false }
+  m.moe_layers = "all"
+  m.aux_loss = c:bool("output_router_logits", false)
+  m.sliding_window = c:int("sliding_window", 128, true)
+end }
+
+D.VARIANTS = V
 
 -- Reads an HF text config into the fields this file uses; errors name the
 -- field and the file.
 function D.normalize(cfg, where)
   local c = cfgutil.reader(cfg, where)
   local mt = c:str("model_type", "llama")
+  local var = V[mt]
+  if not var then
+    c:fail("model_type", ("'%s' is not a decoder this file models (known: %s)"):format(mt,
+      table.concat(D.families, ", ")))
+  end
+  local modelled = {}
+  for _, k in ipairs(var.models or {}) do modelled[k] = true end
+  for _, k in ipairs(D.COUNT_KEYS) do
+    if not modelled[k] and not benign(cfg[k]) then
+      local by = {}
+      for _, name in ipairs(D.families) do
+        for _, x in ipairs(V[name].models or {}) do
+          if x == k then by[#by + 1] = name end
+        end
+      end
+      c:fail(k, ("changes the parameter count and model_type '%s' does not model it, so "
+        .. "this is not a plain %s config%s"):format(mt, mt, #by > 0 and
+        (" (model_types that read it: " .. table.concat(by, ", ") .. ")") or ""))
+    end
+  end
   local H = c:int("hidden_size")
   local heads = c:int("num_attention_heads")
   local m = {
@@ -21,11 +234,13 @@ function D.normalize(cfg, where)
     layers = c:int("num_hidden_layers"),
     heads = heads,
     kv_heads = c:int("num_key_value_heads", heads),
-    head_dim = c:int("head_dim", nil, true) or H // heads,
+    head_dim = c:int("head_dim", var.head_dim, true) or H // heads,
     intermediate = c:int("intermediate_size"),
     vocab = c:int("vocab_size"),
-    tie = c:bool("tie_word_embeddings", false),
+    tie = c:bool("tie_word_embeddings", var.tie == nil and false or var.tie),
     mlp_bias = c:bool("mlp_bias", false),
+    norms = "pre",
+    norm_kind = "rms",
   }
   -- factorized embeddings (Yxanul): vocab x r, then r -> hidden; the tied
   -- output runs them backwards
@@ -33,57 +248,150 @@ function D.normalize(cfg, where)
     m.factor = c:int("factorization_dim")
     m.tie = true
   end
-  if mt == "qwen2" then
-    m.qkv_bias, m.o_bias = true, false
-  else
-    m.qkv_bias = c:bool("attention_bias", false)
-    m.o_bias = m.qkv_bias
+  -- MoE and DeepSeek variants list their layers one by one: bound the loop
+  if var.models and var.models ~= FACTOR and m.layers > 65536 then
+    c:fail("num_hidden_layers", ("%d layers: a model listed layer by layer stays within 65536")
+      :format(m.layers))
   end
-  m.qk_norm = c:bool("qk_norm", mt == "qwen3")
+  var.read(c, m)
+  if m.qk_norm == nil and mt ~= "qwen3" then
+    m.qk_norm = c:bool("qk_norm", false) and "head" or nil
+  end
   if m.heads % m.kv_heads ~= 0 then
     c:fail("num_key_value_heads", ("must divide num_attention_heads (%d), got %d"):format(
       m.heads, m.kv_heads))
+  end
+  if m.moe then
+    local o = m.moe
+    if o.experts then
+      if o.top_k > o.experts then
+        c:fail("num_experts_per_tok", ("must be <= the number of experts (%d), got %d"):format(
+          o.experts, o.top_k))
+      end
+      o.weights_dtype = o.weights_dtype or "model"
+    end
+    if m.moe_layers == "all" then
+      m.moe_layers = {}
+      for i = 1, m.layers do m.moe_layers[i] = true end
+    end
+    if not o.experts then m.moe, m.moe_layers = nil, nil end
+  end
+  m.uniform = true
+  for i = 2, m.moe_layers and m.layers or 0 do
+    if m.moe_layers[i] ~= m.moe_layers[1] then m.uniform = false end
   end
   return m
 end
 
 -- Exact parameter counts by component (tied embeddings counted once).
+-- Checked arithmetic: a config with absurd sizes is an overflow error, never
+-- a wrapped count.
 function D.params(m)
   local H, hd = m.hidden, m.head_dim
   local add, mul = vram.add, vram.mul
+  local lp, np = vram.linear_params, vram.norm_params
   local qdim, kvdim = mul(m.heads, hd), mul(m.kv_heads, hd)
-  local q = vram.linear_params(H, qdim, m.qkv_bias)
-  local kv = mul(2, vram.linear_params(H, kvdim, m.qkv_bias))
-  local o = vram.linear_params(qdim, H, m.o_bias)
-  local qkn = m.qk_norm and mul(2, vram.norm_params(hd, "rms")) or 0
-  local mlp = add(mul(2, vram.linear_params(H, m.intermediate, m.mlp_bias)),
-    vram.linear_params(m.intermediate, H, m.mlp_bias))
-  local norms = mul(2, vram.norm_params(H, "rms"))
-  -- checked arithmetic: a config with absurd sizes is an overflow error,
-  -- never a wrapped count
-  local add, mul = vram.add, vram.mul
-  local attn = add(q, kv, o, qkn)
-  local per_layer = add(attn, mlp, norms)
+  local attn
+  if m.mla then
+    local a = m.mla
+    local q = a.q_lora and add(lp(H, a.q_lora, m.qkv_bias), np(a.q_lora, "rms"),
+      lp(a.q_lora, qdim, false)) or lp(H, qdim, m.qkv_bias)
+    attn = add(q, lp(H, a.kv_lora + a.rope, m.qkv_bias), np(a.kv_lora, "rms"),
+      lp(a.kv_lora, mul(m.heads, a.nope + a.v_dim), false),
+      lp(mul(m.heads, a.v_dim), H, m.o_bias))
+  elseif m.fused_qkv then
+    attn = add(lp(H, add(qdim, mul(2, kvdim)), m.qkv_bias), lp(qdim, H, m.o_bias))
+  else
+    attn = add(lp(H, qdim, m.qkv_bias), mul(2, lp(H, kvdim, m.qkv_bias)), lp(qdim, H, m.o_bias))
+  end
+  if m.qk_norm == "head" then attn = add(attn, mul(2, np(hd, "rms")))
+  elseif m.qk_norm == "full" then attn = add(attn, np(qdim, "rms"), np(kvdim, "rms")) end
+  local sinks = m.sinks and m.heads or 0
+  attn = add(attn, sinks)
+  local function swiglu(I) return add(mul(2, lp(H, I, m.mlp_bias)), lp(I, H, m.mlp_bias)) end
+  local dense = swiglu(m.intermediate)
+  local norms = mul(m.norms == "sandwich" and 4 or 2, np(H, "rms"))
+  local n_moe, experts, router, shared, bias = 0, 0, 0, 0, 0
+  local o = m.moe
+  if o then
+    for i = 1, m.layers do if m.moe_layers[i] then n_moe = n_moe + 1 end end
+    local per = swiglu(o.inter)
+    if o.expert_bias then per = add(per, 2 * o.inter, H) end
+    experts = mul(o.experts, per)
+    router = lp(H, o.experts, o.router_bias)
+    if o.shared_inter then
+      shared = add(swiglu(o.shared_inter), o.shared_gate and lp(H, 1, false) or 0)
+    end
+    bias = o.score_bias and o.experts or 0
+  end
+  local n_dense = m.layers - n_moe
   local embed = vram.embedding_params(m.vocab, H)
   if m.factor then
-    embed = add(vram.embedding_params(m.vocab, m.factor), vram.linear_params(m.factor, H, false))
+    embed = add(vram.embedding_params(m.vocab, m.factor), lp(m.factor, H, false))
   end
-  local head = m.tie and 0 or vram.linear_params(H, m.vocab, false)
+  local head = m.tie and 0 or lp(H, m.vocab, false)
   local parts = {
     { name = "embed_tokens", params = embed },
-    { name = "layers.attention", params = mul(attn, m.layers) },
-    { name = "layers.mlp", params = mul(mlp, m.layers) },
-    { name = "layers.norms", params = mul(norms, m.layers) },
-    { name = "norm", params = vram.norm_params(H, "rms") },
-    { name = "lm_head", params = head, note = m.tie and "tied to embed_tokens" or nil },
+    { name = "layers.attention", params = mul(attn, m.layers),
+      note = m.sinks and "with one attention sink per head" or nil },
   }
+  if n_dense > 0 then
+    parts[#parts + 1] = { name = "layers.mlp", params = mul(dense, n_dense),
+      note = o and ("%d dense layers"):format(n_dense) or nil }
+  end
+  if o then
+    parts[#parts + 1] = { name = "layers.experts", params = mul(experts, n_moe),
+      note = ("%d layers x %d experts, top-%d"):format(n_moe, o.experts, o.top_k) }
+    parts[#parts + 1] = { name = "layers.router", params = mul(router, n_moe) }
+    if shared > 0 then
+      parts[#parts + 1] = { name = "layers.shared_experts", params = mul(shared, n_moe) }
+    end
+    if bias > 0 then
+      parts[#parts + 1] = { name = "layers.router.e_score_correction_bias",
+        params = mul(bias, n_moe), note = "a buffer in transformers, a tensor in the checkpoint" }
+    end
+  end
+  parts[#parts + 1] = { name = "layers.norms", params = mul(norms, m.layers) }
+  parts[#parts + 1] = { name = "norm", params = np(H, "rms") }
+  parts[#parts + 1] = { name = "lm_head", params = head,
+    note = m.tie and "tied to embed_tokens" or nil }
+  if (m.mtp or 0) > 0 then
+    parts[#parts + 1] = { name = "mtp", params = 0, note = ("%d multi-token-prediction "
+      .. "layer(s) in the checkpoint, not loaded by transformers: not counted"):format(m.mtp) }
+  end
   local total = 0
   for _, p in ipairs(parts) do total = add(total, p.params) end
-  return { total = total, parts = parts, per_layer = per_layer, tied_extra = m.tie and embed or 0 }
+  local per_layer = add(attn, norms, o and experts or dense, router, shared)
+  return { total = total, parts = parts, per_layer = per_layer,
+    tied_extra = m.tie and embed or 0 }
+end
+
+-- The weight format of projection `leaf` (group: "experts" inside MoE
+-- blocks): a checkpoint's quantization where it applies
+-- (modules_to_not_convert honoured), else the run's packed format for
+-- every projection but lm_head.
+function D.quant_for(quant, leaf, group)
+  if not quant then return nil end
+  if quant.ckpt then
+    local Q = require("stdlib.quant")
+    group = group or ((Q.GROUPS.self_attn[leaf] and "self_attn") or "mlp")
+    return Q.applies(quant.ckpt, group, leaf) and quant or nil
+  end
+  return leaf ~= "lm_head" and quant or nil
+end
+
+-- The MoE description a run simulates: a grouped implementation keeps its
+-- experts as fused (E, out, in) weights.
+function D.moe_desc(m, impl)
+  if impl ~= "grouped" or m.moe.fused then return m.moe end
+  local o = {}
+  for k, v in pairs(m.moe) do o[k] = v end
+  o.fused = true
+  return o
 end
 
 -- Parameters in model.parameters() order. opts: {dt, trainable(name) -> bool,
--- lora(name) -> {r=} or nil}
+-- lora(name) -> {r=} or nil, quant, moe_impl}
 function D.build(S, m, opts)
   local dt, H, hd = opts.dt, m.hidden, m.head_dim
   local tr, lo, quant = opts.trainable, opts.lora, opts.quant
@@ -96,34 +404,122 @@ function D.build(S, m, opts)
   end
   local function lin(name, inn, out, bias)
     return layers.new_linear(S, inn, out, bias, dt, tr(name), name, lo(name),
-      name ~= "lm_head" and quant or nil)
+      D.quant_for(quant, name))
   end
+  local function norm(name, n) return S:param(n, dt, tr(name), name) end
+  local qdim, kvdim = m.heads * hd, m.kv_heads * hd
+  local moe_opts = { dt = dt, trainable = tr, lora = lo, quant = quant, quant_for = D.quant_for }
   for i = 1, m.layers do
     local l = {}
-    l.q = lin("q_proj", H, m.heads * hd, m.qkv_bias)
-    l.k = lin("k_proj", H, m.kv_heads * hd, m.qkv_bias)
-    l.v = lin("v_proj", H, m.kv_heads * hd, m.qkv_bias)
-    l.o = lin("o_proj", m.heads * hd, H, m.o_bias)
-    if m.qk_norm then
-      l.q_norm = S:param(hd, dt, tr("q_norm"), "q_norm")
-      l.k_norm = S:param(hd, dt, tr("k_norm"), "k_norm")
+    if m.mla then
+      local a = m.mla
+      if a.q_lora then
+        l.q_a = lin("q_a_proj", H, a.q_lora, m.qkv_bias)
+        l.q_a_norm = norm("q_a_layernorm", a.q_lora)
+        l.q = lin("q_b_proj", a.q_lora, qdim, false)
+      else
+        l.q = lin("q_proj", H, qdim, m.qkv_bias)
+      end
+      l.kv_a = lin("kv_a_proj_with_mqa", H, a.kv_lora + a.rope, m.qkv_bias)
+      l.kv_a_norm = norm("kv_a_layernorm", a.kv_lora)
+      l.kv_b = lin("kv_b_proj", a.kv_lora, m.heads * (a.nope + a.v_dim), false)
+      l.o = lin("o_proj", m.heads * a.v_dim, H, m.o_bias)
+    elseif m.fused_qkv then
+      l.qkv = lin("qkv_proj", H, qdim + 2 * kvdim, m.qkv_bias)
+      l.o = lin("o_proj", qdim, H, m.o_bias)
+    else
+      l.q = lin("q_proj", H, qdim, m.qkv_bias)
+      l.k = lin("k_proj", H, kvdim, m.qkv_bias)
+      l.v = lin("v_proj", H, kvdim, m.qkv_bias)
+      l.o = lin("o_proj", qdim, H, m.o_bias)
     end
-    l.mlp = { gate = lin("gate_proj", H, m.intermediate, m.mlp_bias),
-              up = lin("up_proj", H, m.intermediate, m.mlp_bias),
-              down = lin("down_proj", m.intermediate, H, m.mlp_bias) }
-    l.ln1 = S:param(H, dt, tr("input_layernorm"), "input_layernorm")
-    l.ln2 = S:param(H, dt, tr("post_attention_layernorm"), "post_attention_layernorm")
+    if m.qk_norm == "head" then
+      l.q_norm, l.k_norm = norm("q_norm", hd), norm("k_norm", hd)
+    elseif m.qk_norm == "full" then
+      l.q_norm, l.k_norm = norm("q_norm", qdim), norm("k_norm", kvdim)
+    end
+    if m.sinks then l.sinks = norm("sinks", m.heads) end
+    if m.moe_layers and m.moe_layers[i] then
+      l.moe = require("stdlib.moe").build(S, D.moe_desc(m, opts.moe_impl), H, moe_opts)
+    elseif m.fused_gate_up then
+      l.mlp = { gate_up = lin("gate_up_proj", H, 2 * m.intermediate, m.mlp_bias),
+                down = lin("down_proj", m.intermediate, H, m.mlp_bias) }
+    else
+      l.mlp = { gate = lin("gate_proj", H, m.intermediate, m.mlp_bias),
+                up = lin("up_proj", H, m.intermediate, m.mlp_bias),
+                down = lin("down_proj", m.intermediate, H, m.mlp_bias) }
+    end
+    if m.norms ~= "post" then l.ln1 = norm("input_layernorm", H) end
+    l.ln2 = norm("post_attention_layernorm", H)
+    if m.norms == "sandwich" then
+      l.ln3 = norm("pre_feedforward_layernorm", H)
+      l.ln4 = norm("post_feedforward_layernorm", H)
+    elseif m.norms == "post" then
+      l.ln4 = norm("post_feedforward_layernorm", H)
+    end
     P.layers[i] = l
   end
-  P.norm = S:param(H, dt, tr("norm"), "norm")
+  P.norm = norm("norm", H)
   if m.tie then
     P.head = { w = P.embed, out = m.vocab, inn = H, label = "lm_head" }
   else
     P.head = lin("lm_head", H, m.vocab, false)
   end
   -- RotaryEmbedding.inv_freq is a buffer cast with the model
-  S.tape:alloc(S:bytes(dt, hd // 2), "buffers", "rotary.inv_freq")
+  S.tape:alloc(S:bytes(dt, (m.mla and m.mla.rope or hd) // 2), "buffers", "rotary.inv_freq")
   return P
+end
+
+-- The norm a variant uses: Llama's (cast back, times the weight), or the
+-- fp32 weight product of Gemma ((1 + w) * x in fp32) and OLMo 2.
+local function rms(S, m, x, w, rows, label)
+  if m.norm_kind == "rms" then return layers.rmsnorm(S, x, w, rows, label) end
+  return layers.rmsnorm_fp32_weight(S, x, w, rows, label)
+end
+
+-- q/k/v of a multi-head latent attention layer (DeepSeek): the latent
+-- paths, the rope/nope split and the concatenated q and k. Returns q, k, v
+-- and the tensors the layer holds until attention returns.
+local function mla_qkv(S, m, l, x, ctx)
+  local a, rows = m.mla, ctx.rows
+  local q
+  if l.q_a then
+    local qa = layers.linear(S, x, l.q_a, rows)
+    local qn = rms(S, m, qa, l.q_a_norm, rows, "q_a_layernorm")
+    S:drop(qa)
+    q = layers.linear(S, qn, l.q, rows)
+    S:drop(qn)
+  else
+    q = layers.linear(S, x, l.q, rows)
+  end
+  local ckv = layers.linear(S, x, l.kv_a, rows)
+  -- k_pass (a strided slice) -> kv_a_layernorm -> kv_b_proj
+  local kpass = layers.copy(S, { id = ckv.id, n = rows * a.kv_lora, dt = ckv.dt,
+    b = S:bytes(ckv.dt, rows * a.kv_lora), rg = ckv.rg }, "kv_a.k_pass")
+  local kn = rms(S, m, kpass, l.kv_a_norm, rows, "kv_a_layernorm")
+  S:drop(kpass)
+  local kv = layers.linear(S, kn, l.kv_b, rows)
+  S:drop(kn)
+  -- rope on q_rot (heads x rope) and the shared k_rot (rope)
+  local qrot = { id = q.id, n = rows * m.heads * a.rope, dt = q.dt,
+    b = S:bytes(q.dt, rows * m.heads * a.rope), rg = q.rg }
+  local krot = { id = ckv.id, n = rows * a.rope, dt = ckv.dt, b = S:bytes(ckv.dt, rows * a.rope),
+    rg = ckv.rg }
+  local cos, sin = ctx.cos, ctx.sin
+  local qe = layers.rope(S, qrot, cos, sin, "rope.q")
+  local ke = layers.rope(S, krot, cos, sin, "rope.k")
+  -- torch.cat((q_pass, q_rot)) and cat((k_pass, k_rot.expand(...)))
+  local qd = m.heads * m.head_dim
+  local qc = S:new_tensor(rows * qd, q.dt, "attn.q_cat", S:rg(q, qe))
+  S:node("attn.q_cat", {}, { { q, q.b }, { qe, qe.b } }, { qc })
+  local kc = S:new_tensor(rows * qd, kv.dt, "attn.k_cat", S:rg(kv, ke))
+  S:node("attn.k_cat", {}, { { kv, kv.b }, { ke, ke.b } }, { kc })
+  S:drop(q, qe, ke, ckv)
+  -- value_states: a strided view of kv_b's output
+  local v = S:view(kv)
+  v.n = rows * m.heads * a.v_dim
+  S:drop(kv)
+  return qc, kc, v
 end
 
 -- One decoder layer. x: residual stream (rows, H). ctx: {rows, batch, seq,
@@ -131,21 +527,35 @@ end
 local function layer_forward(S, P, l, x, ctx, idx)
   local m, rows = P.m, ctx.rows
   local hd = m.head_dim
-  local n1 = layers.rmsnorm(S, x, l.ln1, rows, "input_layernorm")
-  local q = layers.linear(S, n1, l.q, rows)
-  local k = layers.linear(S, n1, l.k, rows)
-  if m.qk_norm then
-    local qn = layers.rmsnorm(S, q, l.q_norm, rows * m.heads, "q_norm")
-    S:drop(q)
-    q = qn
-    local kn = layers.rmsnorm(S, k, l.k_norm, rows * m.kv_heads, "k_norm")
-    S:drop(k)
-    k = kn
+  local n1 = l.ln1 and rms(S, m, x, l.ln1, rows, "input_layernorm") or S:view(x)
+  local qe, ke, v
+  if m.mla then
+    qe, ke, v = mla_qkv(S, m, l, n1, ctx)
+  else
+    local q, k
+    if l.qkv then -- qkv_proj, then q/k/v are slices of one tensor
+      local qkv = layers.linear(S, n1, l.qkv, rows)
+      q, k, v = S:view(qkv), S:view(qkv), S:view(qkv)
+      q.n, k.n, v.n = rows * m.heads * hd, rows * m.kv_heads * hd, rows * m.kv_heads * hd
+      S:drop(qkv)
+    else
+      q = layers.linear(S, n1, l.q, rows)
+      k = layers.linear(S, n1, l.k, rows)
+    end
+    if m.qk_norm then
+      local head = m.qk_norm == "head"
+      local qn = rms(S, m, q, l.q_norm, head and rows * m.heads or rows, "q_norm")
+      S:drop(q)
+      q = qn
+      local kn = rms(S, m, k, l.k_norm, head and rows * m.kv_heads or rows, "k_norm")
+      S:drop(k)
+      k = kn
+    end
+    if not v then v = layers.linear(S, n1, l.v, rows) end
+    qe = layers.rope(S, q, ctx.cos, ctx.sin, "rope.q")
+    ke = layers.rope(S, k, ctx.cos, ctx.sin, "rope.k")
+    S:drop(q, k)
   end
-  local v = layers.linear(S, n1, l.v, rows)
-  local qe = layers.rope(S, q, ctx.cos, ctx.sin, "rope.q")
-  local ke = layers.rope(S, k, ctx.cos, ctx.sin, "rope.k")
-  S:drop(q, k)
   local tk = ctx.seq
   local kk, vv = ke, v
   local k_contig = false
@@ -165,19 +575,50 @@ local function layer_forward(S, P, l, x, ctx, idx)
     k_contig = ctx.past > 0 -- cat output is contiguous
   end
   local attn, weights = layers.eager_attention(S, qe, kk, vv, ctx.mask, {
-    batch = ctx.batch, heads = m.heads, kv_heads = m.kv_heads, tq = ctx.seq, tk = tk,
-    head_dim = hd, k_contiguous = k_contig, q_contiguous = false, impl = ctx.attention },
-    "attn")
+    batch = ctx.batch, heads = m.heads, kv_heads = m.mla and m.heads or m.kv_heads, tq = ctx.seq,
+    tk = tk, head_dim = hd, v_dim = m.mla and m.mla.v_dim or hd, k_contiguous = k_contig,
+    q_contiguous = m.mla ~= nil, impl = ctx.attention, softcap = m.attn_softcap,
+    sinks = l.sinks }, "attn")
   local o = layers.linear(S, attn, l.o, rows)
   -- the normed input stays bound in DecoderLayer.forward until self_attn returns
   S:drop(attn, qe, ke, v, n1)
+  if m.norms ~= "pre" then -- Gemma 2/3, GLM-4: post_attention_layernorm on the output
+    local on = rms(S, m, o, l.ln2, rows, "post_attention_layernorm")
+    S:drop(o)
+    o = on
+  end
   local h1 = layers.add(S, x, o, "residual")
   S:drop(o)
-  local n2 = layers.rmsnorm(S, h1, l.ln2, rows, "post_attention_layernorm")
-  local d = layers.swiglu(S, n2, l.mlp, rows, "mlp")
+  local n2
+  if m.norms == "pre" then n2 = rms(S, m, h1, l.ln2, rows, "post_attention_layernorm")
+  elseif m.norms == "sandwich" then n2 = rms(S, m, h1, l.ln3, rows, "pre_feedforward_layernorm")
+  else n2 = S:view(h1) end
+  local d, mem
+  if l.moe then
+    local kept
+    d, mem, kept = require("stdlib.moe").forward(S, n2, l.moe, rows, "moe", ctx.moe_impl,
+      ctx.router_logits ~= nil)
+    if kept then ctx.router_logits[#ctx.router_logits + 1] = kept end
+  elseif l.mlp.gate_up then -- gate_up_proj, chunk(2), act(gate) * up
+    local gu = layers.linear(S, n2, l.mlp.gate_up, rows)
+    local half = { id = gu.id, n = gu.n // 2, dt = gu.dt, b = gu.b // 2, rg = gu.rg }
+    local act = S:op("mlp.act", half.n, gu.dt, { gu }, { gu }, { { gu, gu.b } })
+    local prod = S:new_tensor(half.n, gu.dt, "mlp.mul", S:rg(act, gu))
+    S:node("mlp.mul", { act, gu }, { { act }, { gu, gu.b } }, { prod })
+    S:drop(act, gu)
+    d = layers.linear(S, prod, l.mlp.down, rows)
+    S:drop(prod)
+  else
+    d = layers.swiglu(S, n2, l.mlp, rows, "mlp")
+  end
   S:drop(n2)
+  if l.ln4 then -- post_feedforward_layernorm
+    local dn = rms(S, m, d, l.ln4, rows, "post_feedforward_layernorm")
+    S:drop(d, mem)
+    d, mem = dn, nil
+  end
   local out = layers.add(S, h1, d, "residual")
-  S:drop(d, h1, weights)
+  S:drop(d, mem, h1, weights)
   return out
 end
 
@@ -216,7 +657,7 @@ function D.forward(S, P, emb, run)
     S:drop(boolm)
   end
   -- rotary: fp32 math under no_grad, cos/sin cast to the activation dtype
-  local hd = m.head_dim
+  local hd = m.mla and m.mla.rope or m.head_dim
   local pos_f = S:new_tensor(T, "fp32", "rotary.positions", false)
   local inv = dt ~= "fp32" and S:new_tensor(hd // 2, "fp32", "rotary.inv_freq_float", false)
   local freqs = S:new_tensor(T * hd // 2, "fp32", "rotary.freqs", false)
@@ -233,12 +674,13 @@ function D.forward(S, P, emb, run)
   local cos, sin = trig("rotary.cos"), trig("rotary.sin")
   S:drop(pos_f, inv or nil, freqs, emb2)
   local ctx = { rows = rows, batch = B, seq = T, past = past, mask = mask, cos = cos, sin = sin,
-    cache = run.cache, attention = run.attention }
+    cache = run.cache, attention = run.attention, moe_impl = run.moe_impl,
+    router_logits = run.router_logits }
   local h = S:view(emb)
   -- checkpointing: every layer (ckpt), every n-th layer (ckpt_every), or
   -- segments of k consecutive layers recomputed together (ckpt_segment)
   local seg = run.ckpt_segment or 1
-  if compose.enabled(S, m.layers, run) then
+  if m.uniform and not ctx.router_logits and compose.enabled(S, m.layers, run) then
     h = D.composed_layers(S, P, h, ctx, run)
     local normed = layers.rmsnorm(S, h, P.norm, rows, "norm")
     S:drop(h, cache_pos, mask, cos, sin)
@@ -289,6 +731,9 @@ function D.logits(S, P, hidden, run, keep)
     return logits, rows
   end
   local logits = layers.linear(S, x, P.head, rows)
+  if P.m.final_softcap then -- Gemma 2: logits / cap, tanh, * cap
+    logits = layers.softcap(S, logits, "final_logit_softcapping")
+  end
   return logits, rows
 end
 
@@ -299,7 +744,13 @@ function D.embed(S, P, rows)
     S:drop(small)
     return out
   end
-  return layers.embedding(S, P.embed, rows, P.m.hidden, "embed_tokens")
+  local e = layers.embedding(S, P.embed, rows, P.m.hidden, "embed_tokens")
+  if P.m.embed_scale then -- Gemma: embeddings * sqrt(hidden_size) in the model dtype
+    local sc = S:op("embed_tokens.scale", e.n, e.dt, { e }, {}, { { e } })
+    S:drop(e)
+    e = sc
+  end
+  return e
 end
 
 return D

@@ -73,7 +73,9 @@ function F.count(cfg, where)
   local parts = vision_parts(v, "vision_tower.vision_model.")
   parts[#parts + 1] = { name = "multi_modal_projector.linear", tower = "projector",
     params = vram.linear_params(v.hidden, proj, true) }
-  local text, m, tied = P.text_parts(tc, where, { model_type = "gemma" }, F.GEMMA_DEFAULTS,
+  -- PaliGemma 2 carries a Gemma 2 text model (four norms per layer)
+  local tmt = tc.model_type == "gemma2" and "gemma2" or "gemma"
+  local text, m, tied = P.text_parts(tc, where, { model_type = tmt }, F.GEMMA_DEFAULTS,
     "language_model.")
   if proj ~= m.hidden then
     errors.input(where, "vision_config.projection_dim", ("must equal the text hidden_size (%d), "

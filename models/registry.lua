@@ -18,6 +18,40 @@ R.FAMILIES = {
     architectures = { "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
       "Qwen3ForCausalLM" },
     about = "decoder-only LMs: Llama, Mistral, Qwen2/2.5, Qwen3 (models/decoder.lua)" },
+  { name = "phi3", module = "models.decoder", model_types = { "phi3" },
+    architectures = { "Phi3ForCausalLM" },
+    about = "Phi-3/3.5/4: fused qkv_proj and gate_up_proj (models/decoder.lua)" },
+  { name = "gemma2", module = "models.decoder", model_types = { "gemma2" },
+    architectures = { "Gemma2ForCausalLM" },
+    about = "Gemma 2: sandwich norms, (1+w) RMSNorm, soft-capping (models/decoder.lua)" },
+  { name = "gemma3_text", module = "models.decoder", model_types = { "gemma3_text" },
+    architectures = { "Gemma3ForCausalLM" },
+    about = "Gemma 3 text: Gemma 2 layout plus per-head q/k norms (models/decoder.lua)" },
+  { name = "olmo2", module = "models.decoder", model_types = { "olmo2", "olmo3" },
+    architectures = { "Olmo2ForCausalLM", "Olmo3ForCausalLM" },
+    about = "OLMo 2/3: post-norms only, full-width q/k norms (models/decoder.lua)" },
+  { name = "glm", module = "models.decoder", model_types = { "glm", "glm4" },
+    architectures = { "GlmForCausalLM", "Glm4ForCausalLM" },
+    about = "GLM-4 (-hf): q/k/v bias, fused gate_up; glm4 with four norms (models/decoder.lua)" },
+  { name = "mixtral", module = "models.decoder", model_types = { "mixtral" },
+    architectures = { "MixtralForCausalLM" },
+    about = "Mixtral MoE: top-k of num_local_experts SwiGLU experts (models/decoder.lua)" },
+  { name = "qwen2_moe", module = "models.decoder", model_types = { "qwen2_moe" },
+    architectures = { "Qwen2MoeForCausalLM" },
+    about = "Qwen1.5/2-MoE: routed + gated shared expert (models/decoder.lua)" },
+  { name = "qwen3_moe", module = "models.decoder", model_types = { "qwen3_moe" },
+    architectures = { "Qwen3MoeForCausalLM" },
+    about = "Qwen3-MoE: routed experts, per-head q/k norms (models/decoder.lua)" },
+  { name = "olmoe", module = "models.decoder", model_types = { "olmoe" },
+    architectures = { "OlmoeForCausalLM" },
+    about = "OLMoE: routed experts, full-width q/k norms (models/decoder.lua)" },
+  { name = "deepseek", module = "models.decoder", model_types = { "deepseek_v2", "deepseek_v3" },
+    architectures = { "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM" },
+    about = "DeepSeek-V2/V3: MLA, first-k dense layers, shared + routed experts "
+      .. "(models/decoder.lua)" },
+  { name = "gpt_oss", module = "models.decoder", model_types = { "gpt_oss" },
+    architectures = { "GptOssForCausalLM" },
+    about = "gpt-oss: attention sinks, fused biased experts, mxfp4 (models/decoder.lua)" },
   { name = "internlm2", module = "models.internvl", fn = "count_internlm2",
     model_types = { "internlm2" }, architectures = { "InternLM2ForCausalLM" },
     about = "InternLM2 (fused wqkv), the LLM of InternVL2 (models/internvl.lua)" },
@@ -92,6 +126,19 @@ R.PRESETS = {
     hf = { "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
       "mistralai/Mistral-Small-3.1-24B-Base-2503" }, verbatim = true,
     published = 24011361280 },
+  -- MoE presets: published counts and their sources in examples/configs/README.md
+  { name = "mixtral_8x7b_v0_1", hf = { "mistralai/Mixtral-8x7B-v0.1",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1" }, verbatim = true, published = 46702792704 },
+  { name = "qwen3_30b_a3b", hf = { "Qwen/Qwen3-30B-A3B", "Qwen/Qwen3-30B-A3B-Base" },
+    verbatim = true, published = 30532122624 },
+  { name = "qwen3_30b_a3b_fp8", hf = { "Qwen/Qwen3-30B-A3B-FP8" }, verbatim = true,
+    published = 30532122624 },
+  { name = "deepseek_v3", hf = { "deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3-Base" },
+    verbatim = true, published = 671026419200 },
+  { name = "gpt_oss_20b", hf = { "openai/gpt-oss-20b" }, verbatim = true,
+    published = 20914757184 },
+  { name = "gpt_oss_120b", hf = { "openai/gpt-oss-120b" }, verbatim = true,
+    published = 116829156672 },
   { name = "yxanul_197m", hf = {} --[[ no Hub repository; yxanul/yxanul_0.6B on GitHub ]],
     verbatim = false, published = nil },
 }
@@ -129,6 +176,34 @@ function R.known()
   return table.concat(out, "; ")
 end
 
+-- Counts cfg with the family `entry` (its count() or normalize()+params()).
+function R.count_with(entry, cfg, where)
+  local fam = require(entry.module)
+  local fn = fam[entry.fn or "count"]
+  if fn then return fn(cfg, where) end
+  return fam.params(fam.normalize(cfg, where))
+end
+
+-- cfg itself, or a copy whose model_type is the one its architecture names
+-- when the family was found by architecture (the lists are parallel).
+function R.with_model_type(entry, cfg)
+  for _, t in ipairs(entry.model_types) do
+    if cfg.model_type == t then return cfg end
+  end
+  local archs = type(cfg.architectures) == "table" and cfg.architectures or {}
+  for _, a in ipairs(archs) do
+    for i, x in ipairs(entry.architectures) do
+      if x == a then
+        local copy = {}
+        for k, v in pairs(cfg) do copy[k] = v end
+        copy.model_type = entry.model_types[i] or entry.model_types[1]
+        return copy
+      end
+    end
+  end
+  return cfg
+end
+
 -- The family entry for a config table. where: the file, for errors.
 function R.find(cfg, where)
   local by_type, by_arch = index("model_types"), index("architectures")
@@ -151,6 +226,16 @@ function R.find(cfg, where)
     for _, k in ipairs(f.model_types) do names[#names + 1] = k end
   end
   local hint = type(mt) == "string" and errors.suggest(mt, names)
+  if hint then
+    -- never a hint to a family that does not model keys of this config that
+    -- change the count (it would refuse them: a Mixtral config is no mistral)
+    local copy = {}
+    for k, v in pairs(cfg) do copy[k] = v end
+    copy.model_type = hint
+    local ok, err = pcall(R.count_with, by_type[hint], copy, where)
+    local msg = not ok and (type(err) == "table" and err.msg or tostring(err)) or ""
+    if msg:find("changes the parameter count", 1, true) then hint = nil end
+  end
   errors.input(where or "config", "model_type", what
     .. (hint and ("; did you mean '" .. hint .. "'?") or "")
     .. ". Known families: " .. R.known()

@@ -13,13 +13,19 @@ local matmul
 -- With quant.master the parameter itself stays in `dt` (the master copy that
 -- trains) and the packed copy is an extra persistent forward weight (seed
 -- 002: NVFP4 forward weights over bf16 masters, straight-through grads).
+-- quant.ckpt: a quantized checkpoint's format (stdlib/quant.lua): the weight
+-- holds its exact stored bytes, scales included; only bitsandbytes
+-- dequantizes the whole weight per matmul (fp8, GPTQ/AWQ and mxfp4 kernels
+-- read the packed weight).
 function L.new_linear(S, inn, out, bias, dt, trainable, label, lora, quant)
   local lin = { inn = inn, out = out, label = label }
   local packed = quant and not quant.master
+  local bytes = quant and quant.ckpt
+    and require("stdlib.quant").weight_bytes(S, quant.ckpt, out, inn, label) or nil
   lin.w = S:param(inn * out, packed and quant.store or dt, trainable, label,
-    quant and quant.master and "master_weights" or nil)
+    quant and quant.master and "master_weights" or nil, bytes)
   lin.w.rows = out
-  if quant then
+  if quant and (not quant.ckpt or quant.dequant) then
     lin.dequant = S:bytes(quant.compute, inn * out)
     if quant.master then
       S.tape:alloc(S:bytes(quant.store, inn * out), "weights", label .. ".packed_forward")
@@ -93,8 +99,9 @@ function L.linear(S, x, lin, rows)
   return res
 end
 
--- Qwen/Llama RMSNorm: fp32 math, cast back, times the weight.
-function L.rmsnorm(S, x, w, rows, label)
+-- x * rsqrt(mean(x^2) + eps) in fp32: the part of every RMSNorm before the
+-- weight. Returns the fp32 product (rows x dim).
+local function rms_normalized(S, x, rows, label)
   local h = S:to(x, FP32, label .. ".to_fp32")
   local p = S:op(label .. ".pow", h.n, FP32, { h }, { h }, { { h } }, nil, h.b)
   local var = S:op(label .. ".mean", rows, FP32, { p }, {}, { { p } })
@@ -107,6 +114,12 @@ function L.rmsnorm(S, x, w, rows, label)
   local h2 = S:new_tensor(h.n, FP32, label .. ".mul", S:rg(h, r))
   S:node(label .. ".mul", { h, r }, { { h }, { r } }, { h2 }, h.b)
   S:drop(h, r)
+  return h2
+end
+
+-- Qwen/Llama RMSNorm: fp32 math, cast back, times the weight.
+function L.rmsnorm(S, x, w, rows, label)
+  local h2 = rms_normalized(S, x, rows, label)
   local h3 = S:to(h2, x.dt, label .. ".to_dtype")
   S:drop(h2)
   local out = S:new_tensor(h3.n, S.promote(h3.dt, w.dt), label .. ".weight_mul", S:rg(w, h3))
@@ -117,6 +130,34 @@ function L.rmsnorm(S, x, w, rows, label)
     S:node(label .. ".weight_mul", saved, { { w }, { h3 } }, { out }, h3.b)
   end
   S:drop(h3)
+  return out
+end
+
+-- RMSNorm whose weight product is taken in fp32 before the cast back:
+-- Gemma's x * (1 + w.float()) and OLMo 2's (w * x).to(dtype).
+function L.rmsnorm_fp32_weight(S, x, w, rows, label)
+  local h2 = rms_normalized(S, x, rows, label)
+  local w32 = S:to(w, FP32, label .. ".weight_float")
+  local out32 = S:new_tensor(h2.n, FP32, label .. ".weight_mul", S:rg(w32, h2))
+  if out32.rg then
+    S:node(label .. ".weight_mul", { w32, h2 }, { { w32 }, { h2 } }, { out32 }, h2.b)
+  end
+  S:drop(w32, h2)
+  local out = S:to(out32, x.dt, label .. ".to_dtype")
+  S:drop(out32)
+  return out
+end
+
+-- cap * tanh(x / cap) (Gemma 2's soft-capping): three tensors of x's size,
+-- tanh saving its output.
+function L.softcap(S, x, label)
+  local d = S:op(label .. ".div", x.n, x.dt, { x }, {}, { { x } })
+  S:drop(x)
+  local t = S:new_tensor(d.n, d.dt, label .. ".tanh", S:rg(d))
+  S:node(label .. ".tanh", { t }, { { d } }, { t })
+  S:drop(d)
+  local out = S:op(label .. ".mul", t.n, t.dt, { t }, {}, { { t } })
+  S:drop(t)
   return out
 end
 
@@ -180,6 +221,7 @@ end
 -- (B,Tq,H*D). `mask` may be nil (SigLIP).
 function L.eager_attention(S, q, k, v, mask, a, label)
   local B, H, Hkv, Tq, Tk, D = a.batch, a.heads, a.kv_heads, a.tq, a.tk, a.head_dim
+  local Dv = a.v_dim or D
   if a.impl == "sdpa" or a.impl == "flash" then return L.flash_attention(S, q, k, v, a, label) end
   local groups = H // Hkv
   -- A bmm operand: autocast casts fp32 to the lower precision (keeping the
@@ -194,7 +236,7 @@ function L.eager_attention(S, q, k, v, mask, a, label)
   local k_op, v_op
   if groups > 1 then -- repeat_kv: expand + reshape = a contiguous copy
     local kr = S:op(label .. ".repeat_kv", B * H * Tk * D, k.dt, { k }, {}, { { k } })
-    local vr = S:op(label .. ".repeat_kv", B * H * Tk * D, v.dt, { v }, {}, { { v } })
+    local vr = S:op(label .. ".repeat_kv", B * H * Tk * Dv, v.dt, { v }, {}, { { v } })
     k_op, v_op = operand(kr, true, "k"), operand(vr, true, "v")
     S:drop(kr, vr)
   else
@@ -208,11 +250,36 @@ function L.eager_attention(S, q, k, v, mask, a, label)
   S:drop(q_op)
   local scaled = S:op(label .. ".scale", scores.n, scores.dt, { scores }, {}, { { scores } })
   S:drop(scores)
+  if a.softcap then -- Gemma 2: scores / cap, tanh, * cap
+    scaled = L.softcap(S, scaled, label .. ".softcap")
+  end
   if mask then
     local masked = S:op(label .. ".mask", scaled.n, S.promote(scaled.dt, mask.dt), { scaled }, {},
       { { scaled, alias = 1 } })
     S:drop(scaled)
     scaled = masked
+  end
+  if a.sinks then
+    -- gpt-oss: cat([scores, sinks]) -> minus its max -> softmax in the
+    -- model dtype -> drop the sink column (a strided view, copied for bmm)
+    local n1 = B * H * Tq * (Tk + 1)
+    local cat = S:new_tensor(n1, scaled.dt, label .. ".sinks_cat", S:rg(scaled, a.sinks))
+    S:node(label .. ".sinks_cat", {}, { { scaled, scaled.b }, { a.sinks, a.sinks.b } }, { cat })
+    S:drop(scaled)
+    local mx = S:new_tensor(B * H * Tq, cat.dt, label .. ".sinks_max", false)
+    local sub = S:op(label .. ".sinks_sub", n1, cat.dt, { cat }, {}, { { cat, alias = 1 } })
+    S:drop(cat, mx)
+    local sm = S:new_tensor(n1, sub.dt, label .. ".softmax", S:rg(sub))
+    S:node(label .. ".softmax", { sm }, { { sub, sm.b } }, { sm })
+    S:drop(sub)
+    local p = L.copy(S, { id = sm.id, n = B * H * Tq * Tk, dt = sm.dt,
+      b = S:bytes(sm.dt, B * H * Tq * Tk), rg = sm.rg }, label .. ".drop_sink")
+    S:drop(sm)
+    local out = bmm(S, p, v_op, B * H * Tq * Dv, label .. ".pv")
+    S:drop(v_op, k_op)
+    local t = L.copy(S, out, label .. ".transpose_contiguous")
+    S:drop(out)
+    return t, p
   end
   -- F.softmax(w, dtype=fp32).to(dtype): `w` stays bound until the chain
   -- returns, so it coexists with the fp32 copy, the result and its cast.
@@ -223,7 +290,7 @@ function L.eager_attention(S, q, k, v, mask, a, label)
   local p = S:to(sm, q.dt, label .. ".softmax_cast")
   S:drop(sm, scaled)
   local p_op = operand(p, true, "p")
-  local out = bmm(S, p_op, v_op, B * H * Tq * D, label .. ".pv")
+  local out = bmm(S, p_op, v_op, B * H * Tq * Dv, label .. ".pv")
   S:drop(p_op, v_op, k_op)
   local t = L.copy(S, out, label .. ".transpose_contiguous")
   S:drop(out)
@@ -238,6 +305,8 @@ end
 -- so the transpose + contiguous that follows is free.
 function L.flash_attention(S, q, k, v, a, label)
   local B, H, Tq, D = a.batch, a.heads, a.tq, a.head_dim
+  -- (MLA with flash: transformers pads v to the q/k head size, so the
+  -- kernel's output is head_dim wide before the slice)
   local out = S:new_tensor(B * H * Tq * D, q.dt, label .. ".sdpa", S:rg(q, k, v))
   local lse = S:new_tensor(B * H * Tq, FP32, label .. ".lse", false)
   S:node(label .. ".sdpa", { q, k, v, out, lse }, { { q }, { k }, { v } }, { out },

@@ -27,6 +27,7 @@ function M.count(cfg, where, opts)
   if type(cfg) ~= "table" then errors.input(where, "", "a config must be a JSON object") end
   cfg = cfgutil.strip_nulls(cfg)
   local entry = registry.find(cfg, where)
+  cfg = registry.with_model_type(entry, cfg)
   local fam = require(entry.module)
   local r
   local fn = fam[entry.fn or "count"]

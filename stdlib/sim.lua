@@ -38,8 +38,10 @@ function Sim:new_tensor(n, dt, label, rg, cat)
            rg = rg and self.grad or false }
 end
 
-function Sim:param(n, dt, trainable, label, cat)
-  local b = self:bytes(dt, n)
+-- bytes: what the parameter holds when it is not n elements of dt (a
+-- quantized checkpoint's weight with its scales, stdlib/quant.lua).
+function Sim:param(n, dt, trainable, label, cat, bytes)
+  local b = bytes or self:bytes(dt, n)
   return { id = self.tape:param(b, cat or "weights", label), n = n, dt = dt, b = b,
            rg = trainable and true or false, param = true }
 end

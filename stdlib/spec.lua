@@ -96,7 +96,7 @@ end
 
 local RUN_KEYS = { mode = 1, batch = 1, seq = 1, grad_accum = 1, precision = 1, optimizer = 1,
   grad_checkpointing = 1, attention = 1, loss = 1, lora = 1, freeze = 1, framework = 1, gpu = 1,
-  generate_tokens = 1, images = 1, checkpoint_segment = 1, rl = 1 }
+  generate_tokens = 1, images = 1, checkpoint_segment = 1, rl = 1, moe = 1 }
 
 -- A list of strings (module leaf names, tower names).
 function M.names(v, where, field)
@@ -239,7 +239,7 @@ function M.normalize(spec, where, loaded)
     { "train", "inference", "generate", "ppo", "grpo" }, "train")
   local prec = run.precision or {}
   check_keys(prec, { params = 1, compute = 1, master = 1, grads = 1, weights = 1,
-    forward_weights = 1 }, where, "run.precision.")
+    forward_weights = 1, dequantize = 1 }, where, "run.precision.")
   local pdt = dtype(where, "run.precision.params", prec.params, "bf16")
   local master = prec.master
   local mixed = master ~= nil and master ~= "none"
@@ -328,6 +328,35 @@ function M.normalize(spec, where, loaded)
     r.quant = { store = dtype(where, "run.precision.forward_weights", prec.forward_weights),
       compute = r.dtype, master = true }
   end
+  -- MoE: how the experts run (stdlib/moe.lua), a capacity factor, and
+  -- whether the router logits are kept for the auxiliary loss
+  if run.moe ~= nil then
+    check_keys(run.moe, { impl = 1, capacity_factor = 1, aux_loss = 1 }, where, "run.moe.")
+    local mr = cfgutil.reader(run.moe, where, "run.moe.")
+    local cf = mr:num("capacity_factor", nil)
+    if cf and not (cf > 0 and cf <= 64) then
+      errors.input(where, "run.moe.capacity_factor", "must be in (0, 64], got " .. tostring(cf))
+    end
+    r.moe = { impl = one_of(where, "run.moe.impl", run.moe.impl, { "loop", "grouped", "dense" }),
+      capacity_factor = cf, aux_loss = mr:bool("aux_loss", nil) }
+  end
+  -- a quantized checkpoint (config.json's quantization_config): its
+  -- projections hold their stored format and scales (stdlib/quant.lua)
+  local qc = cfg.quantization_config or (cfg.text_config or {}).quantization_config
+  if qc ~= nil and not prec.dequantize then
+    if prec.weights or prec.forward_weights then
+      errors.input(where, "run.precision.weights", "the checkpoint is quantized "
+        .. "(quantization_config); set run.precision.dequantize: true to replace its format")
+    end
+    if r.mode == "train" and not r.lora then
+      errors.input(where, "run.lora", "a quantized checkpoint trains only through adapters in "
+        .. "transformers: add run.lora, or set run.precision.dequantize: true to train "
+        .. "dequantized weights")
+    end
+    local d = require("stdlib.quant").read(qc, path)
+    r.quant = { ckpt = d, store = d.store, compute = r.dtype,
+      dequant = d.method == "bitsandbytes" }
+  end
   if run.checkpoint_segment then
     r.ckpt, r.ckpt_segment = true, rd:int("checkpoint_segment")
   end
@@ -337,6 +366,18 @@ function M.normalize(spec, where, loaded)
     return M.check_sizes(M.vlm_run(r, cfg, path, run.images, where), where)
   end
   r.text = M.text_config(cfg, path)
+  if r.moe then
+    if not r.text.moe then
+      errors.input(where, "run.moe", "the model has no mixture-of-experts layers")
+    end
+    if r.moe.capacity_factor then
+      -- the description the simulator reads carries the run's capacity
+      local o = {}
+      for k, v in pairs(r.text.moe) do o[k] = v end
+      o.capacity_factor = r.moe.capacity_factor
+      r.text.moe = o
+    end
+  end
   return M.check_sizes(r, where)
 end
 

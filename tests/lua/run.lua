@@ -48,6 +48,7 @@ local MODULES = {
   "test_simulator",
   "test_recipes",
   "test_models",
+  "test_families",
   "test_vision_tokens",
   "test_resolve",
   "test_timeline",

@@ -162,8 +162,8 @@ T.test("the registry picks families by model_type, then architectures", function
 end)
 
 T.test("unknown model types say how to add a family", function()
-  local msg = T.raises(function() P.count({ model_type = "phi3" }, "cfg.json") end,
-    "cfg.json: model_type: unknown model_type 'phi3'")
+  local msg = T.raises(function() P.count({ model_type = "mamba2" }, "cfg.json") end,
+    "cfg.json: model_type: unknown model_type 'mamba2'")
   T.ok(msg and msg:find("add models/<name>.lua and register it in models/registry.lua", 1, true))
   T.ok(msg and msg:find("qwen3_vl", 1, true), "lists the known families")
   T.raises(function() P.count({ model_type = "qwen3_v" }, "c") end, "did you mean 'qwen3_vl'?")

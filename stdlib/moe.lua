@@ -1,0 +1,383 @@
+-- Mixture-of-experts blocks as memory events, following the eager code of
+-- transformers' modeling_mixtral.py / modeling_qwen3_moe.py (router, softmax,
+-- top-k, a Python loop over the experts that gathers each expert's tokens,
+-- runs its MLP and index_add_s the weighted output back),
+-- modeling_gpt_oss.py (fused 3-D expert weights; the loop in training, every
+-- expert on every token in inference) and modeling_deepseek_v3.py (fp32
+-- router scores and accumulator).
+--
+-- Routing. Which tokens an expert gets is data: the simulator assumes a
+-- balanced router, rows*top_k assignments spread as evenly as the integers
+-- allow (dropless), or at most `capacity` per expert (capacity factor:
+-- ceil(cf * rows * top_k / experts); the rest are dropped). For the loop the
+-- activations autograd saves sum over the experts to rows*top_k rows
+-- whatever the balance; only the one-expert transients follow the busiest
+-- expert.
+--
+-- Implementations (moe.impl):
+--   loop     per-expert nn.Linear modules, one gather + MLP + index_add_ per
+--            expert (transformers eager)
+--   grouped  fused (E, out, in) expert weights, tokens permuted once into
+--            rows*top_k (or E*capacity) rows, one grouped GEMM per
+--            projection (transformers' grouped_mm, megablocks, torchtitan)
+--   dense    every expert on every token (gpt-oss inference in transformers)
+local layers = require("stdlib.layers")
+
+local M = {}
+
+local FP32 = "fp32"
+
+-- Assignments per expert: a list of E counts summing to the routed rows.
+function M.tokens_per_expert(rows, top_k, experts, capacity_factor)
+  local total = rows * top_k
+  local base, extra = total // experts, total % experts
+  local cap
+  if capacity_factor then
+    -- integer ceil of cf * total / E, cf given in 1/1000 steps
+    local milli = math.floor(capacity_factor * 1000 + 0.5)
+    cap = (milli * total + 1000 * experts - 1) // (1000 * experts)
+  end
+  local counts = {}
+  for e = 1, experts do
+    local n = base + (e <= extra and 1 or 0)
+    if cap and n > cap then n = cap end
+    counts[e] = n
+  end
+  return counts, cap
+end
+
+-- Parameters of one MoE block in model.parameters() order. o: the block
+-- description (decoder.normalize's m.moe); opts as decoder.build's (dt,
+-- trainable, lora, quant). Returns the block's parameter table.
+function M.build(S, o, H, opts)
+  local dt, tr, lo = opts.dt, opts.trainable, opts.lora
+  local qf = opts.quant_for or function() return opts.quant end
+  local quant = qf(opts.quant, "gate_proj", "experts")
+  local shared_quant = qf(opts.quant, "gate_proj", "mlp")
+  local B = { o = o, hidden = H }
+  -- the router: Linear(H, E) (gpt-oss with a bias); DeepSeek's is a bare
+  -- weight, the same bytes
+  B.router = layers.new_linear(S, H, o.experts, o.router_bias, dt, tr("router"), "router")
+  if o.score_bias then -- DeepSeek-V3 e_score_correction_bias: an fp32 buffer
+    S.tape:alloc(S:bytes(FP32, o.experts), "buffers", "router.e_score_correction_bias")
+  end
+  local I = o.inter
+  if o.fused then
+    -- (E, H, 2I) and (E, I, H) Parameters (+ biases): one tensor each
+    -- a quantized checkpoint (gpt-oss: mxfp4) stores them packed, scales
+    -- included, as (E x out) rows of `in`
+    local ck = quant and quant.ckpt
+    local Qm = ck and require("stdlib.quant")
+    B.gate_up = S:param(o.experts * H * 2 * I, ck and quant.store or dt, tr("experts"),
+      "experts.gate_up_proj", nil,
+      ck and Qm.weight_bytes(S, ck, o.experts * 2 * I, H, "experts.gate_up_proj") or nil)
+    B.gate_up.rows = o.experts * 2 * I
+    B.down = S:param(o.experts * I * H, ck and quant.store or dt, tr("experts"),
+      "experts.down_proj", nil,
+      ck and Qm.weight_bytes(S, ck, o.experts * H, I, "experts.down_proj") or nil)
+    B.down.rows = o.experts * H
+    if o.expert_bias then
+      B.gate_up_b = S:param(o.experts * 2 * I, dt, tr("experts"), "experts.gate_up_proj_bias")
+      B.down_b = S:param(o.experts * H, dt, tr("experts"), "experts.down_proj_bias")
+    end
+  else
+    B.experts = {}
+    for e = 1, o.experts do
+      B.experts[e] = {
+        gate = layers.new_linear(S, H, I, false, dt, tr("gate_proj"), "gate_proj", lo("gate_proj"),
+          quant),
+        up = layers.new_linear(S, H, I, false, dt, tr("up_proj"), "up_proj", lo("up_proj"), quant),
+        down = layers.new_linear(S, I, H, false, dt, tr("down_proj"), "down_proj", lo("down_proj"),
+          quant),
+      }
+    end
+  end
+  if o.shared_inter then
+    B.shared = {
+      gate = layers.new_linear(S, H, o.shared_inter, false, dt, tr("gate_proj"), "gate_proj",
+        lo("gate_proj"), shared_quant),
+      up = layers.new_linear(S, H, o.shared_inter, false, dt, tr("up_proj"), "up_proj",
+        lo("up_proj"), shared_quant),
+      down = layers.new_linear(S, o.shared_inter, H, false, dt, tr("down_proj"), "down_proj",
+        lo("down_proj"), shared_quant),
+    }
+    if o.shared_gate then
+      B.shared_gate = layers.new_linear(S, H, 1, false, dt, tr("shared_expert_gate"),
+        "shared_expert_gate")
+    end
+  end
+  return B
+end
+
+-- router -> (top-k weights, their indices). Returns weights (rows, k) in
+-- `wdt` (requires grad) and the router logits (kept for the aux loss).
+local function route(S, x, B, rows, label)
+  local o = B.o
+  local E, k = o.experts, o.top_k
+  local logits
+  if o.router_fp32 then -- F.linear(x.float(), weight.float())
+    local x32 = S:to(x, FP32, label .. ".router_input_fp32")
+    local w32 = S:to(B.router.w, FP32, label .. ".router_weight_fp32")
+    logits = S:new_tensor(rows * E, FP32, label .. ".router", S:rg(x32, w32))
+    S:node(label .. ".router", { x32, w32 }, { { x32 }, { w32 } }, { logits })
+    S:drop(x32, w32)
+  else
+    logits = layers.linear(S, x, B.router, rows)
+  end
+  -- softmax (or sigmoid) in fp32 over the experts
+  local probs = S:new_tensor(rows * E, FP32, label .. ".router_scores", S:rg(logits))
+  S:node(label .. ".router_scores", { probs }, { { logits, S:bytes(logits.dt, rows * E) } },
+    { probs })
+  local sel_src = probs
+  if o.score_bias then -- scores + e_score_correction_bias picks, scores weigh
+    sel_src = S:new_tensor(rows * E, FP32, label .. ".scores_for_choice", false)
+  end
+  -- topk: values (rows, k) + int64 indices; its backward scatters into a
+  -- zero (rows, E) gradient
+  local idx = S:new_tensor(rows * k, "int64", label .. ".topk_indices", false)
+  local w = S:new_tensor(rows * k, FP32, label .. ".topk", S:rg(probs))
+  S:node(label .. ".topk", { idx }, { { probs, S:bytes(FP32, rows * E) } }, { w })
+  if sel_src ~= probs then S:drop(sel_src) end
+  S:drop(probs)
+  if o.norm_topk then -- weights / weights.sum(-1)
+    local s = S:op(label .. ".topk_sum", rows, FP32, { w }, {}, { { w } })
+    local nw = S:new_tensor(rows * k, FP32, label .. ".topk_norm", S:rg(w, s))
+    S:node(label .. ".topk_norm", { w, s }, { { w }, { s } }, { nw })
+    S:drop(w, s)
+    w = nw
+  end
+  if o.scaling then -- routed_scaling_factor
+    local sw = S:op(label .. ".routed_scaling", rows * k, FP32, { w }, {}, { { w } })
+    S:drop(w)
+    w = sw
+  end
+  if o.weights_dtype ~= FP32 then
+    local c = S:to(w, x.dt, label .. ".routing_weights_cast")
+    S:drop(w)
+    w = c
+  end
+  return w, idx, logits
+end
+
+-- One expert's SwiGLU (or gpt-oss's clamped GLU) on n gathered rows.
+local function expert_mlp(S, xe, B, e, n, label)
+  local o = B.o
+  if not o.fused then return layers.swiglu(S, xe, B.experts[e], n, label) end
+  -- gpt-oss: current_state @ gate_up_proj[e] + bias: the select of the
+  -- fused parameter sends a full (E, H, 2I) zero-filled gradient back
+  local I, H = o.inter, B.hidden
+  local gu = S:new_tensor(n * 2 * I, xe.dt, label .. ".gate_up", S:rg(xe, B.gate_up))
+  S:node(label .. ".gate_up", { xe, B.gate_up }, { { xe }, { B.gate_up, B.gate_up.b },
+    B.gate_up_b and { B.gate_up_b, B.gate_up_b.b } or nil }, { gu })
+  -- gate/up are strided views; clamp, sigmoid(gate*alpha), products
+  local g = S:op(label .. ".clamp_gate", n * I, xe.dt, { gu }, { gu }, { { gu, gu.b } })
+  local u = S:op(label .. ".clamp_up", n * I, xe.dt, { gu }, { gu }, { { gu, gu.b } })
+  S:drop(gu)
+  local ga = S:op(label .. ".gate_alpha", n * I, xe.dt, { g }, {}, { { g } })
+  local sg = S:op(label .. ".sigmoid", n * I, xe.dt, { ga }, {}, { { ga } })
+  S:drop(ga)
+  local glu = S:op(label .. ".glu", n * I, xe.dt, { g, sg }, { g, sg }, { { g }, { sg } })
+  S:drop(g, sg)
+  local u1 = S:op(label .. ".up_plus_one", n * I, xe.dt, { u }, {}, { { u, alias = 1 } })
+  S:drop(u)
+  local prod = S:op(label .. ".gated", n * I, xe.dt, { u1, glu }, { u1, glu }, { { u1 }, { glu } })
+  S:drop(u1, glu)
+  local out = S:new_tensor(n * H, xe.dt, label .. ".down", S:rg(prod, B.down))
+  S:node(label .. ".down", { prod, B.down }, { { prod }, { B.down, B.down.b },
+    B.down_b and { B.down_b, B.down_b.b } or nil }, { out })
+  S:drop(prod)
+  return out
+end
+
+-- The routed experts, transformers' eager loop. Returns (rows, H) in the
+-- accumulator dtype.
+local function loop(S, x, B, w, rows, label)
+  local o = B.o
+  local H, k = B.hidden, o.top_k
+  local acc_dt = o.weights_dtype == FP32 and o.acc_fp32 and FP32 or x.dt
+  local final = S:new_tensor(rows * H, acc_dt, label .. ".final_hidden_states", false)
+  -- one_hot(selected, E).permute(...): int64 (E, k, rows), no grad
+  local mask = S:new_tensor(rows * k * o.experts, "int64", label .. ".expert_mask", false)
+  local counts = M.tokens_per_expert(rows, k, o.experts, o.capacity_factor)
+  local prev = nil
+  for e = 1, o.experts do
+    local n = counts[e]
+    if n > 0 then
+      local el = label .. ".expert"
+      local where = S:new_tensor(2 * n, "int64", el .. ".where", false) -- idx, top_x
+      -- hidden_states[top_x]: IndexBackward scatters into a zero (rows, H)
+      local xe = S:new_tensor(n * H, x.dt, el .. ".gather", S:rg(x))
+      S:node(el .. ".gather", { where }, { { x, S:bytes(x.dt, rows * H) } }, { xe })
+      local ye = expert_mlp(S, xe, B, e, n, el)
+      S:drop(xe)
+      -- routing_weights[top_x, idx, None]
+      local we = S:new_tensor(n, w.dt, el .. ".weight", S:rg(w))
+      S:node(el .. ".weight", { where }, { { w, w.b } }, { we })
+      local wy = S:new_tensor(n * H, S.promote(ye.dt, we.dt), el .. ".weighted", S:rg(ye, we))
+      S:node(el .. ".weighted", { ye, we }, { { ye }, { we } }, { wy })
+      S:drop(ye, we)
+      local src = wy
+      if wy.dt ~= acc_dt then
+        src = S:to(wy, acc_dt, el .. ".to_dtype")
+        S:drop(wy)
+      end
+      -- index_add_ in place: each call is a node whose backward hands the
+      -- accumulator's gradient on unchanged and index_selects (n, H) for
+      -- the source; versions of `final` are zero-byte handles
+      if src.rg then
+        local ver = S:new_tensor(0, acc_dt, el .. ".index_add", true)
+        ver.b, ver.n = final.b, final.n
+        local edges = { { src, S:bytes(acc_dt, n * H) } }
+        if prev then edges[2] = { prev, alias = 1 } end
+        S:node(el .. ".index_add", { where }, edges, { ver })
+        if prev then S:drop(prev) end
+        prev = ver
+      end
+      S:drop(src, where)
+    end
+  end
+  S:drop(mask)
+  -- the block's output: `final`'s memory, carrying the chain's gradient
+  if prev then return prev, final end
+  return final, nil
+end
+
+-- Tokens permuted once, one grouped GEMM per projection over fused weights.
+local function grouped(S, x, B, w, rows, label)
+  local o = B.o
+  local H, I, k = B.hidden, o.inter, o.top_k
+  local _, cap = M.tokens_per_expert(rows, k, o.experts, o.capacity_factor)
+  local n = cap and cap * o.experts or rows * k
+  local perm = S:new_tensor(2 * rows * k, "int64", label .. ".permutation", false)
+  local xp = S:new_tensor(n * H, x.dt, label .. ".permuted", S:rg(x))
+  S:node(label .. ".permuted", { perm }, { { x, S:bytes(x.dt, rows * H) } }, { xp })
+  local gu = S:new_tensor(n * 2 * I, x.dt, label .. ".grouped_gate_up", S:rg(xp, B.gate_up))
+  S:node(label .. ".grouped_gate_up", { xp, B.gate_up }, { { xp }, { B.gate_up },
+    B.gate_up_b and { B.gate_up_b } or nil }, { gu })
+  S:drop(xp)
+  local act = S:op(label .. ".act", n * I, x.dt, { gu }, { gu }, { { gu } })
+  local prod = S:op(label .. ".mul", n * I, x.dt, { act, gu }, { act, gu },
+    { { act }, { gu, gu.b } })
+  S:drop(act, gu)
+  local y = S:new_tensor(n * H, x.dt, label .. ".grouped_down", S:rg(prod, B.down))
+  S:node(label .. ".grouped_down", { prod, B.down }, { { prod }, { B.down },
+    B.down_b and { B.down_b } or nil }, { y })
+  S:drop(prod)
+  -- unpermute: weight each row and sum the top-k copies per token
+  local wy = S:new_tensor(n * H, x.dt, label .. ".weighted", S:rg(y, w))
+  S:node(label .. ".weighted", { y, w, perm }, { { y }, { w, w.b } }, { wy })
+  S:drop(y)
+  local out = S:op(label .. ".unpermute", rows * H, x.dt, { wy }, { perm },
+    { { wy, S:bytes(x.dt, n * H) } })
+  S:drop(wy, perm)
+  return out
+end
+
+-- Every expert on every token (gpt-oss inference): (E, rows, 2I) at once.
+local function dense(S, x, B, w, rows, label)
+  local o = B.o
+  local H, I, E = B.hidden, o.inter, o.experts
+  local rep = S:new_tensor(E * rows * H, x.dt, label .. ".repeat", false)
+  local gu = S:new_tensor(E * rows * 2 * I, x.dt, label .. ".bmm_gate_up", false)
+  S:drop(rep)
+  local g = S:new_tensor(E * rows * I, x.dt, label .. ".clamp_gate", false)
+  local u = S:new_tensor(E * rows * I, x.dt, label .. ".clamp_up", false)
+  S:drop(gu)
+  local glu = S:new_tensor(E * rows * I, x.dt, label .. ".glu", false)
+  S:temp(S:bytes(x.dt, E * rows * I), label .. ".sigmoid")
+  S:drop(g)
+  local prod = S:new_tensor(E * rows * I, x.dt, label .. ".gated", false)
+  S:drop(u, glu)
+  local y = S:new_tensor(E * rows * H, x.dt, label .. ".bmm_down", false)
+  S:drop(prod)
+  local wy = S:new_tensor(E * rows * H, x.dt, label .. ".weighted", false)
+  S:drop(y)
+  local out = S:new_tensor(rows * H, x.dt, label .. ".sum_experts", false)
+  S:drop(wy)
+  return out
+end
+
+-- The whole block on x (rows, H). Returns the output (rows, H) and the
+-- router logits when the run keeps them for the auxiliary loss.
+function M.forward(S, x, B, rows, label, impl, keep_logits)
+  local o = B.o
+  local w, idx, logits = route(S, x, B, rows, label)
+  local out, mem
+  if impl == "dense" then
+    out = dense(S, x, B, w, rows, label)
+  elseif impl == "grouped" then
+    out = grouped(S, x, B, w, rows, label)
+  else
+    out, mem = loop(S, x, B, w, rows, label)
+  end
+  S:drop(w, idx)
+  if out.dt ~= x.dt then -- DeepSeek: final_hidden_states.type(dtype)
+    local c = S:to(out, x.dt, label .. ".to_dtype")
+    S:drop(out)
+    if mem then S:drop(mem) end
+    out, mem = c, nil
+  end
+  if B.shared then
+    local sh = layers.swiglu(S, x, B.shared, rows, label .. ".shared_expert")
+    if B.shared_gate then -- sigmoid(shared_expert_gate(x)) * shared
+      local gl = layers.linear(S, x, B.shared_gate, rows)
+      local sg = S:op(label .. ".shared_gate_sigmoid", rows, gl.dt, { gl }, {}, { { gl } })
+      S:drop(gl)
+      local m = S:op(label .. ".shared_gated", sh.n, sh.dt, { sh, sg }, { sh, sg },
+        { { sh }, { sg } })
+      S:drop(sh, sg)
+      sh = m
+    end
+    local sum = layers.add(S, out, sh, label .. ".add_shared")
+    S:drop(out, sh)
+    if mem then S:drop(mem) end
+    out, mem = sum, nil
+  end
+  local kept = nil
+  if keep_logits then kept = logits else S:drop(logits) end
+  return out, mem, kept
+end
+
+-- load_balancing_loss_func over every layer's router logits: cat, softmax,
+-- top-k, one_hot (int64) and its float mean. Returns the scalar loss.
+function M.aux_loss(S, logits_list, rows, o, label)
+  local E, k, L = o.experts, o.top_k, #logits_list
+  local dt = logits_list[1].dt
+  local cat = S:new_tensor(L * rows * E, dt, label .. ".cat_router_logits", true)
+  -- torch.cat's backward slices one gradient per layer; a node holds at
+  -- most 64 edges, so the slices hang off a chain of zero-byte handles
+  -- whose nodes are created last-first (backward runs them first-first)
+  local chunks = {}
+  for i = 1, L, 60 do chunks[#chunks + 1] = { first = i, last = math.min(i + 59, L) } end
+  local outs = { cat }
+  for c = 2, #chunks do
+    local v = S:new_tensor(0, dt, label .. ".cat_router_logits", true)
+    v.b, v.n = cat.b, cat.n
+    outs[c] = v
+  end
+  for c = #chunks, 1, -1 do
+    local edges = {}
+    for i = chunks[c].first, chunks[c].last do
+      edges[#edges + 1] = { logits_list[i], logits_list[i].b }
+    end
+    if c < #chunks then edges[#edges + 1] = { outs[c + 1], alias = 1 } end
+    S:node(label .. ".cat_router_logits", {}, edges, { outs[c] })
+  end
+  for c = 2, #chunks do S:drop(outs[c]) end
+  local p = S:new_tensor(cat.n, dt, label .. ".softmax", S:rg(cat))
+  S:node(label .. ".softmax", { p }, { { cat } }, { p })
+  S:drop(cat)
+  local sel = S:new_tensor(L * rows * k, "int64", label .. ".topk", false)
+  local oh = S:new_tensor(L * rows * k * E, "int64", label .. ".one_hot", false)
+  local ohf = S:new_tensor(L * rows * k * E, FP32, label .. ".one_hot_float", false)
+  S:drop(oh)
+  local tpe = S:new_tensor(k * E, FP32, label .. ".tokens_per_expert", false)
+  S:drop(ohf, sel)
+  local ppe = S:op(label .. ".router_prob_per_expert", E, FP32, { p }, {}, { { p } })
+  S:drop(p)
+  local loss = S:op(label .. ".aux_loss", 1, FP32, { ppe }, { tpe }, { { ppe } })
+  S:drop(ppe, tpe)
+  return loss
+end
+
+return M

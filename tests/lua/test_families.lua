@@ -1,0 +1,324 @@
+-- Families of issue 12 (MoE, Gemma 2/3, Phi-3, OLMo 2, GLM, DeepSeek, gpt-oss):
+-- exact counts against published figures, refusals of keys a family does
+-- not model, and the MoE simulator's mechanisms checked with arithmetic
+-- written here. Configs written out below carry the shapes of the published
+-- config.json; the count each reaches is the published one, cited beside it.
+local vram = require("vram")
+local P = require("stdlib.params")
+local spec = require("stdlib.spec")
+local step = require("stdlib.step")
+local moe = require("stdlib.moe")
+
+local function preset(name)
+  return vram.json.load(vram.share_dir .. "/examples/configs/" .. name .. ".json")
+end
+
+local function cfg(t)
+  local c = { tie_word_embeddings = false }
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
+-- Written out from the published config.json of each model.
+local CONFIGS = {
+  gemma_2_2b = cfg({ model_type = "gemma2", vocab_size = 256000, hidden_size = 2304,
+    intermediate_size = 9216, num_hidden_layers = 26, num_attention_heads = 8,
+    num_key_value_heads = 4, head_dim = 256, tie_word_embeddings = true }),
+  gemma_3_1b = cfg({ model_type = "gemma3_text", vocab_size = 262144, hidden_size = 1152,
+    intermediate_size = 6912, num_hidden_layers = 26, num_attention_heads = 4,
+    num_key_value_heads = 1, head_dim = 256, tie_word_embeddings = true }),
+  phi_3_mini = cfg({ model_type = "phi3", vocab_size = 32064, hidden_size = 3072,
+    intermediate_size = 8192, num_hidden_layers = 32, num_attention_heads = 32,
+    num_key_value_heads = 32 }),
+  phi_4 = cfg({ model_type = "phi3", vocab_size = 100352, hidden_size = 5120,
+    intermediate_size = 17920, num_hidden_layers = 40, num_attention_heads = 40,
+    num_key_value_heads = 10 }),
+  phi_4_mini = cfg({ model_type = "phi3", vocab_size = 200064, hidden_size = 3072,
+    intermediate_size = 8192, num_hidden_layers = 32, num_attention_heads = 24,
+    num_key_value_heads = 8, tie_word_embeddings = true, partial_rotary_factor = 0.75 }),
+  olmo_2_7b = cfg({ model_type = "olmo2", vocab_size = 100352, hidden_size = 4096,
+    intermediate_size = 11008, num_hidden_layers = 32, num_attention_heads = 32,
+    num_key_value_heads = 32 }),
+  glm_4_9b = cfg({ model_type = "glm", vocab_size = 151552, hidden_size = 4096,
+    intermediate_size = 13696, num_hidden_layers = 40, num_attention_heads = 32,
+    num_key_value_heads = 2, head_dim = 128, attention_bias = true,
+    partial_rotary_factor = 0.5 }),
+  qwen1_5_moe = cfg({ model_type = "qwen2_moe", vocab_size = 151936, hidden_size = 2048,
+    intermediate_size = 5632, num_hidden_layers = 24, num_attention_heads = 16,
+    num_key_value_heads = 16, num_experts = 60, num_experts_per_tok = 4,
+    moe_intermediate_size = 1408, shared_expert_intermediate_size = 5632,
+    decoder_sparse_step = 1, mlp_only_layers = {} }),
+  olmoe_1b_7b = cfg({ model_type = "olmoe", vocab_size = 50304, hidden_size = 2048,
+    intermediate_size = 1024, num_hidden_layers = 16, num_attention_heads = 16,
+    num_key_value_heads = 16, num_experts = 64, num_experts_per_tok = 8 }),
+  deepseek_v2_lite = cfg({ model_type = "deepseek_v2", vocab_size = 102400, hidden_size = 2048,
+    intermediate_size = 10944, num_hidden_layers = 27, num_attention_heads = 16,
+    num_key_value_heads = 16, kv_lora_rank = 512, qk_nope_head_dim = 128,
+    qk_rope_head_dim = 64, v_head_dim = 128, moe_intermediate_size = 1408,
+    n_routed_experts = 64, n_shared_experts = 2, num_experts_per_tok = 6,
+    first_k_dense_replace = 1, moe_layer_freq = 1 }),
+}
+
+local function count(name)
+  return P.count(CONFIGS[name], name .. ".json")
+end
+
+local function part(r, name)
+  for _, p in ipairs(r.parts) do
+    if p.name == name then return p.params end
+  end
+end
+
+T.test("dense variants match their published counts", function()
+  -- Hugging Face Hub safetensors totals listed in index file 71142266638
+  -- (an audit script's table of Hub API figures) unless stated otherwise
+  T.eq(count("gemma_2_2b").total, 2614341888)  -- google/gemma-2-2b-it
+  T.eq(count("gemma_3_1b").total, 999885952)   -- google/gemma-3-1b-it
+  T.eq(count("phi_3_mini").total, 3821079552)  -- microsoft/Phi-3-mini-4k-instruct
+  T.eq(count("phi_4").total, 14659507200)      -- microsoft/phi-4
+  T.eq(count("phi_4_mini").total, 3836021760)  -- microsoft/Phi-4-mini-instruct (tied)
+  T.eq(count("olmo_2_7b").total, 7298617344)   -- allenai/OLMo-2-1124-7B-Instruct
+  -- THUDM/glm-4-9b-chat: 9,399,951,360 trainable parameters as printed by a
+  -- loading script (index file 29151670186); the -hf conversion has the
+  -- same tensors
+  T.eq(count("glm_4_9b").total, 9399951360)
+end)
+
+T.test("MoE variants match their published counts", function()
+  -- Qwen/Qwen1.5-MoE-A2.7B: KerasHub preset metadata (index file 583820047)
+  T.eq(count("qwen1_5_moe").total, 14315784192)
+  -- allenai/OLMoE-1B-7B-0924: safetensors headers of the three shards
+  -- (index file 65753564317)
+  T.eq(count("olmoe_1b_7b").total, 6919161856)
+  -- deepseek-ai/DeepSeek-V2-Lite: total_params in a model table (index file
+  -- 69468411049)
+  T.eq(count("deepseek_v2_lite").total, 15706484224)
+end)
+
+T.test("the pieces of a MoE count are the ones the modelling code builds", function()
+  -- Mixtral: 32 layers x 8 experts x 3 x 4096 x 14336 and a 4096 x 8 router
+  local r = P.count(preset("mixtral_8x7b_v0_1"), "mixtral")
+  T.eq(part(r, "layers.experts"), 32 * 8 * 3 * 4096 * 14336)
+  T.eq(part(r, "layers.router"), 32 * 4096 * 8)
+  -- DeepSeek-V3: 3 dense layers, 58 MoE layers with one shared expert, the
+  -- MTP layer not counted
+  local d = P.count(preset("deepseek_v3"), "deepseek_v3")
+  T.eq(part(d, "layers.mlp"), 3 * 3 * 7168 * 18432)
+  T.eq(part(d, "layers.shared_experts"), 58 * 3 * 7168 * 2048)
+  T.eq(part(d, "mtp"), 0)
+  -- gpt-oss-20b: fused experts with biases, a router with a bias, one sink
+  -- per head in every layer
+  local g = P.count(preset("gpt_oss_20b"), "gpt_oss_20b")
+  T.eq(part(g, "layers.experts"), 24 * 32 * (2880 * 5760 + 5760 + 2880 * 2880 + 2880))
+  T.eq(part(g, "layers.router"), 24 * (2880 * 32 + 32))
+  -- Qwen1.5-MoE: the shared expert and its sigmoid gate
+  T.eq(part(count("qwen1_5_moe"), "layers.shared_experts"), 24 * (3 * 2048 * 5632 + 2048))
+end)
+
+T.test("Gemma 2 has four norms per layer, Gemma 1 two", function()
+  local r = count("gemma_2_2b")
+  T.eq(part(r, "layers.norms"), 26 * 4 * 2304)
+  local g1 = CONFIGS.gemma_2_2b
+  local c = {}
+  for k, v in pairs(g1) do c[k] = v end
+  c.model_type = "gemma"
+  T.eq(part(P.count(c, "gemma.json"), "layers.norms"), 26 * 2 * 2304)
+end)
+
+T.test("keys a family does not model are refused, never ignored", function()
+  local mix = preset("mixtral_8x7b_v0_1")
+  mix.model_type = "mistral"
+  T.raises(function() P.count(mix, "mix.json") end,
+    "mix.json: num_local_experts: changes the parameter count")
+  local q = preset("qwen3_30b_a3b")
+  q.model_type = "qwen3"
+  T.raises(function() P.count(q, "q.json") end, "q.json: num_experts: changes the parameter count")
+  local ds = preset("deepseek_v3")
+  ds.model_type = "llama"
+  ds.architectures = nil
+  T.raises(function() P.count(ds, "ds.json") end, "ds.json: n_routed_experts:")
+end)
+
+T.test("a did-you-mean never points to a family that would refuse the config", function()
+  local mix = preset("mixtral_8x7b_v0_1")
+  mix.architectures = nil
+  mix.model_type = "mixtrel"
+  T.raises(function() P.count(mix, "m.json") end, "did you mean 'mixtral'?")
+  mix.model_type = "mistrall" -- close to mistral, which would refuse the experts
+  local msg = T.raises(function() P.count(mix, "m.json") end, "unknown model_type 'mistrall'")
+  T.ok(msg and not msg:find("did you mean", 1, true), "no hint")
+end)
+
+T.test("a known architecture fixes an unknown model_type", function()
+  local mix = preset("mixtral_8x7b_v0_1")
+  mix.model_type = "mixtral-custom"
+  T.eq(P.count(mix, "m.json").total, 46702792704)
+end)
+
+T.test("tokens per expert: dropless sums to rows x top_k, capacity drops", function()
+  local c = moe.tokens_per_expert(10, 2, 8)
+  local sum = 0
+  for _, n in ipairs(c) do sum = sum + n end
+  T.eq(sum, 20)
+  T.eq(c[1], 3)
+  T.eq(c[8], 2)
+  -- capacity factor 1.0 over 20 assignments and 8 experts: ceil(2.5) = 3
+  local _, cap = moe.tokens_per_expert(10, 2, 8, 1.0)
+  T.eq(cap, 3)
+  local d = moe.tokens_per_expert(100, 2, 8, 0.5) -- cap ceil(12.5) = 13 < 25
+  T.eq(d[1], 13)
+end)
+
+-- A run of config (a table) cut to `layers` layers, through a run spec.
+-- The config goes to a temporary file (the suite runs with --trust).
+local function run_of(config, layers, run)
+  assert(T.tmpfile, "test_families needs `vramlua --trust run`")
+  config.quantization_config = nil
+  local path = T.tmpfile(vram.json.encode(config))
+  return spec.normalize({ model = { config = path, overrides = { num_hidden_layers = layers } },
+    run = run }, "spec.yaml")
+end
+
+T.test("every family runs train, LoRA, inference and generation", function()
+  local all = { "gemma_2_2b", "gemma_3_1b", "phi_3_mini", "olmo_2_7b", "glm_4_9b",
+    "qwen1_5_moe", "olmoe_1b_7b", "deepseek_v2_lite" }
+  local configs = {}
+  for _, n in ipairs(all) do configs[n] = CONFIGS[n] end
+  for _, n in ipairs({ "mixtral_8x7b_v0_1", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_20b" }) do
+    configs[n] = preset(n)
+  end
+  for name, c in pairs(configs) do
+    for _, r in ipairs({ { mode = "train", batch = 1, seq = 32 },
+      { mode = "train", batch = 1, seq = 32, lora = { rank = 4, targets = "all-linear" } },
+      { mode = "inference", batch = 1, seq = 32 },
+      { mode = "generate", batch = 1, seq = 16, generate_tokens = 2 } }) do
+      local run = run_of(c, 4, r)
+      local ok, st = pcall(step.run, run)
+      T.ok(ok, name .. " " .. r.mode .. (r.lora and " lora" or "") .. ": " .. tostring(
+        not ok and (type(st) == "table" and st.msg or st) or ""))
+      if ok then
+        -- the simulator creates exactly the parameters the count names
+        local cc = {}
+        for k, v in pairs(c) do cc[k] = v end
+        cc.num_hidden_layers = 4
+        local want = P.count(cc, name).total
+        local buffers = 0
+        if cc.model_type == "deepseek_v3" then buffers = 1 * 256 end -- layer 4 is MoE
+        if not r.lora then T.eq(st.param_count + buffers, want, name .. " parameters") end
+        T.ok(st.peak > 0, name)
+      end
+    end
+  end
+end)
+
+T.test("composed MoE layers equal the full simulation", function()
+  for _, variant in ipairs({ {}, { moe = { impl = "grouped" } },
+    { lora = { rank = 4, targets = "all-linear" } }, { grad_checkpointing = "full" } }) do
+    local r = { mode = "train", batch = 2, seq = 24 }
+    for k, v in pairs(variant) do r[k] = v end
+    for _, name in ipairs({ "qwen3_30b_a3b", "gpt_oss_20b" }) do
+      local run = run_of(preset(name), 5, r)
+      run.compose = false
+      local full = step.run(run)
+      run.compose = nil
+      local comp = step.run(run)
+      T.eq(comp.peak, full.peak, name .. " peak")
+      T.eq(comp.peak_reserved, full.peak_reserved, name .. " reserved")
+    end
+  end
+end)
+
+T.test("the auxiliary loss keeps every layer's router logits to the end of forward", function()
+  local base = { mode = "train", batch = 1, seq = 64, framework = "pytorch-cpu" }
+  local with = { mode = "train", batch = 1, seq = 64, framework = "pytorch-cpu",
+    moe = { aux_loss = true } }
+  local a = step.run(run_of(preset("qwen3_30b_a3b"), 3, base))
+  local b = step.run(run_of(preset("qwen3_30b_a3b"), 3, with))
+  -- at least the softmax of the concatenated logits (3 layers x 64 rows x
+  -- 128 experts, bf16) stays saved for backward
+  T.ok(b.phase_end.forward_end - a.phase_end.forward_end >= 3 * 64 * 128 * 2)
+end)
+
+T.test("gpt-oss inference runs every expert on every token", function()
+  local r = { mode = "inference", batch = 1, seq = 128 }
+  local dense = step.run(run_of(preset("gpt_oss_20b"), 2, r))
+  r.moe = { impl = "loop" }
+  local loop = step.run(run_of(preset("gpt_oss_20b"), 2, r))
+  -- the (32 experts, 128 rows, 2 x 2880) bf16 gate_up product of the dense
+  -- path alone exceeds the loop's largest per-expert tensors
+  T.ok(dense.peak - loop.peak >= 32 * 128 * 2 * 2880 * 2 - 128 * 4 * 2 * 2880 * 2)
+end)
+
+T.test("Gemma 2's final soft-capping adds logits-sized tensors", function()
+  local c = {}
+  for k, v in pairs(CONFIGS.gemma_2_2b) do c[k] = v end
+  local r = { mode = "inference", batch = 1, seq = 256 }
+  local capped = step.run(run_of(c, 2, r))
+  c.final_logit_softcapping = 0 -- falsy cap: none
+  local plain = step.run(run_of(c, 2, r))
+  -- logits / cap and tanh live together: one more bf16 (256 x 256000)
+  T.ok(capped.peak - plain.peak >= 256 * 256000 * 2)
+end)
+
+T.test("run.moe is checked", function()
+  T.raises(function() run_of(preset("qwen3_30b_a3b"), 2, { batch = 1, seq = 8,
+    moe = { impl = "magic" } }) end, "run.moe.impl: must be one of loop, grouped, dense")
+  T.raises(function() run_of(preset("llama_3_8b"), 2, { batch = 1, seq = 8,
+    moe = { impl = "loop" } }) end, "run.moe: the model has no mixture-of-experts layers")
+  T.raises(function() run_of(preset("qwen3_30b_a3b"), 2, { batch = 1, seq = 8,
+    moe = { capacity_factor = -1 } }) end, "run.moe.capacity_factor: must be in (0, 64]")
+end)
+
+T.test("quantized checkpoints: each format's bytes, scales included", function()
+  local Q = require("stdlib.quant")
+  local S = require("stdlib.sim").new({})
+  local function bytes(qc, out, inn) return Q.weight_bytes(S, Q.read(qc, "q.json"), out, inn) end
+  -- fp8, 128 x 128 blocks: one byte per weight + an fp32 scale per block
+  T.eq(bytes({ quant_method = "fp8", weight_block_size = { 128, 128 } }, 4096, 4096),
+    4096 * 4096 + 4 * 32 * 32)
+  T.eq(bytes({ quant_method = "fp8", weight_block_size = { 128, 128 } }, 1000, 300),
+    1000 * 300 + 4 * 8 * 3) -- partial blocks round up
+  -- mxfp4: half a byte per weight + one scale byte per 32
+  T.eq(bytes({ quant_method = "mxfp4" }, 64, 2880), 64 * 1440 + 64 * 90)
+  -- GPTQ 4-bit, group 128: qweight, qzeros, fp16 scales, g_idx
+  T.eq(bytes({ quant_method = "gptq", bits = 4, group_size = 128 }, 4096, 4096),
+    4096 * 4096 // 2 + 4 * 32 * (4096 * 4 // 32) + 2 * 32 * 4096 + 4 * 4096)
+  -- AWQ 4-bit, group 128: no g_idx
+  T.eq(bytes({ quant_method = "awq", bits = 4, group_size = 128 }, 4096, 4096),
+    4096 * 4096 // 2 + 4 * 32 * 512 + 2 * 32 * 4096)
+  -- bitsandbytes nf4: an fp32 absmax per 64 weights; 8-bit: an fp32 per row
+  T.eq(bytes({ quant_method = "bitsandbytes", load_in_4bit = true,
+    bnb_4bit_quant_type = "nf4" }, 4096, 4096), 4096 * 4096 // 2 + 4 * 4096 * 4096 // 64)
+  T.eq(bytes({ quant_method = "bitsandbytes", load_in_8bit = true }, 4096, 4096),
+    4096 * 4096 + 4 * 4096)
+  T.raises(function() Q.read({ quant_method = "hqq" }, "q.json") end,
+    "q.json: quantization_config.quant_method: 'hqq' is not modelled")
+  T.raises(function() Q.read({ quant_method = "fp8", weight_block_size = { 128 } }, "q.json") end,
+    "quantization_config.weight_block_size: must be two positive integers")
+  T.raises(function() Q.read({ quant_method = "fp8",
+    modules_to_not_convert = { "model.layers.3.self_attn.q_proj" } }, "q.json") end,
+    "per-layer exceptions are not modelled")
+end)
+
+T.test("gpt-oss weights as stored: mxfp4 experts, the rest bf16", function()
+  -- model.safetensors.index.json metadata.total_size: gpt-oss-20b
+  -- 13,761,264,768 bytes (a verbatim copy in index file 31112482743),
+  -- gpt-oss-120b 65,248,815,744 (tensor_bytes in index file 59724567210)
+  for name, total in pairs({ gpt_oss_20b = 13761264768, gpt_oss_120b = 65248815744 }) do
+    local run = spec.normalize({ model = { preset = name }, run = { mode = "inference",
+      batch = 1, seq = 1, framework = "pytorch-cpu" } }, "s.yaml")
+    T.eq(step.run(run).live_by_category.weights, total, name)
+  end
+end)
+
+T.test("a quantized checkpoint trains through adapters, or dequantized", function()
+  local function norm(r) return spec.normalize({ model = { preset = "qwen3_30b_a3b_fp8",
+    overrides = { num_hidden_layers = 2 } }, run = r }, "s.yaml") end
+  T.raises(function() norm({ mode = "train", batch = 1, seq = 8 }) end,
+    "s.yaml: run.lora: a quantized checkpoint trains only through adapters")
+  T.eq(norm({ mode = "train", batch = 1, seq = 8, precision = { dequantize = true } }).quant, nil)
+  local q = norm({ mode = "train", batch = 1, seq = 8, lora = { rank = 8 } }).quant
+  T.eq(q.store, "fp8_e4m3")
+  T.raises(function() norm({ mode = "inference", batch = 1, seq = 8,
+    precision = { weights = "nf4" } }) end, "run.precision.weights: the checkpoint is quantized")
+end)
