@@ -51,15 +51,21 @@ function Ctx:fail(key, what) errors.input(self.file, key, what) end
 
 -- Typed reads of a value found under key; YAML and command lines give
 -- strings for numbers and booleans at times ("true", "1e-5"), read here.
+-- Python and YAML 1.1 write 500_000 for 500000.
+local function number(v)
+  if type(v) ~= "string" then return v end
+  return tonumber((v:match("^%d[%d_]*$") and v:gsub("_", "")) or v)
+end
+
 function Ctx:int(key, v, min)
-  local n = math.tointeger(type(v) == "string" and tonumber(v) or v)
+  local n = math.tointeger(number(v))
   if not n then self:fail(key, "must be an integer, got " .. show(v)) end
   if n < (min or 1) then self:fail(key, ("must be >= %d, got %d"):format(min or 1, n)) end
   return n
 end
 
 function Ctx:num(key, v)
-  local n = type(v) == "string" and tonumber(v) or v
+  local n = number(v)
   if type(n) ~= "number" then self:fail(key, "must be a number, got " .. show(v)) end
   return n
 end
@@ -80,6 +86,29 @@ function Ctx:str(key, v)
   return v
 end
 
+-- Key prefixes of experiment tracking and hub bookkeeping, known not to
+-- change memory in every format.
+M.IGNORED_PREFIXES = { "wandb_", "swanlab_", "mlflow_", "comet_", "hub_", "neptune_",
+  "clearml_", "trackio_" }
+
+local function ignored_prefix(k)
+  if type(k) ~= "string" then return false end
+  for _, p in ipairs(M.IGNORED_PREFIXES) do
+    if k:sub(1, #p) == p then return true end
+  end
+  return false
+end
+
+-- A handler for a key whose feature is not modelled: a labelled warning
+-- when it is switched on.
+function M.not_modelled(what)
+  return function(c, v, k)
+    if v ~= false and v ~= 0 and v ~= "false" and v ~= "none" then
+      c:warn(("%s: %s is not modelled; priced without it"):format(k, what))
+    end
+  end
+end
+
 -- Walks every key of tbl: handlers[k](ctx, v, k) for mapped keys, nothing
 -- for ignored ones, "not understood" for the rest. prefix names nested keys.
 function Ctx:walk(tbl, handlers, ignored, prefix)
@@ -93,7 +122,7 @@ function Ctx:walk(tbl, handlers, ignored, prefix)
     local h = handlers[k]
     if h then
       if v ~= nil then h(self, v, prefix .. k) end
-    elseif ignored[k] then
+    elseif ignored[k] or ignored_prefix(k) then
       self.ignored = self.ignored + 1
     else
       self:unknown(prefix .. tostring(k), tbl[k])
@@ -159,8 +188,9 @@ function Ctx:optimizer(key, v)
       key, name))
     o = { name = "adamw" }
   end
+  -- no state dtype: torch's optimizers keep their states in the parameter
+  -- dtype, which is the simulator's default
   self.run.optimizer = { name = o.name, foreach = o.foreach }
-  if o.name == "adamw" or o.name == "adam" then self.run.optimizer.state_dtype = "fp32" end
   if o.note then self:assume(key .. ": " .. o.note) end
 end
 
@@ -248,6 +278,12 @@ function M.detect(doc, text)
     "max_prompt_length", "ref_model_init_kwargs", "max_seq_length", "max_length",
     "packing", "dataset_text_field", "completion_only_loss", "model_init_kwargs",
     "vllm_mode" }) then return "trl" end
+  -- `trl sft --config`: a model and a dataset by name, the rest Trainer keys
+  -- (the transformers example scripts name block_size or dataset_config_name)
+  if doc.model_name_or_path ~= nil and doc.dataset_name ~= nil and not has(doc, { "block_size",
+    "dataset_config_name", "train_file", "validation_file", "max_train_samples" }) then
+    return "trl"
+  end
   if has(doc, { "per_device_train_batch_size", "gradient_accumulation_steps", "output_dir" }) then
     return "hf"
   end
@@ -316,9 +352,13 @@ function M.finish(ctx)
   if not ctx.world_size and opts.gpus then ctx.world_size = opts.gpus end
   local par = ctx.parallel
   if ctx.world_size then par.world_size = ctx.world_size end
-  local multi = next(par) ~= nil and ((ctx.world_size or 1) > 1 or par.zero or par.fsdp
-    or par.tp or par.pp)
-  if multi then
+  local sharded = (par.zero or 0) > 0 or (par.fsdp and par.fsdp ~= "no_shard") or par.tp
+    or par.pp or par.cp or par.ep or par.dp_shard or par.offload
+  if not sharded and (ctx.world_size or 1) > 1 then
+    ctx:warn(("DDP over %d GPUs: every rank holds the whole model, as priced here; DDP's "
+      .. "gradient buckets (a second copy of the gradients unless gradient_as_bucket_view) are "
+      .. "not included"):format(ctx.world_size))
+  elseif sharded then
     ctx:warn("parallel: per-rank sharding (" .. M.describe_parallel(par) .. ") is not modelled "
       .. "yet; the figures below are ONE GPU holding the whole model, optimizer and "
       .. "activations, not the per-rank budget")
@@ -356,6 +396,7 @@ function M.resolve_model(tr, opts)
     base_dir = not opts.model and resolve.dirname(tr.file) or nil, presets = opts.presets,
     preset_path = opts.preset_path })
   tr.model = r
+  tr.model_label = opts.model and (opts.model .. " (--model)") or tostring(ref)
   -- precision that depends on the checkpoint's own dtype ("auto")
   local ctx = tr.ctx
   local cfg = r.config
@@ -435,7 +476,7 @@ function M.explain(tr)
   local out = { ("# translated from %s (%s) by vramlua; save and edit as a run spec"):format(
     tr.file, tr.format) }
   if tr.model then
-    out[#out + 1] = ("# model '%s' resolved as %s: %s"):format(tostring(tr.model_ref or "--model"),
+    out[#out + 1] = ("# model '%s' resolved as %s: %s"):format(tr.model_label or tostring(tr.model_ref),
       tr.model.source, tr.model.path)
   end
   if tr.spec.parallel then
@@ -455,7 +496,7 @@ function M.notes(tr)
   local out = { ("translated from %s config (%d keys ignored as not changing memory)"):format(
     tr.format, tr.ignored) }
   if tr.model then
-    out[#out + 1] = ("  model: %s -> %s (%s)"):format(tostring(tr.model_ref or "--model"),
+    out[#out + 1] = ("  model: %s -> %s (%s)"):format(tr.model_label or tostring(tr.model_ref),
       tr.model.path, tr.model.source)
   end
   for _, w in ipairs(tr.warnings) do out[#out + 1] = "  WARNING: " .. w end
@@ -534,6 +575,19 @@ function M.load_run(path, a, registry)
   local run = spec.normalize(M.run_spec(tr), path, tr.model)
   tr.run = run
   return run, tr
+end
+
+-- fit, doctor and sweep: the run of FILE with the translation's notes
+-- printed first (each line after prefix: "# " above a CSV); --explain prints
+-- the spec and returns nil; a serving config is refused (estimate prices it).
+function M.command_run(path, a, registry, prefix)
+  local run, tr, doc = M.load_run(path, a, registry)
+  if tr and a.explain then print(M.explain(tr)) return nil end
+  if tr and tr.spec.serve and not tr.spec.serve.colocate then
+    errors.usage(path .. " is a vLLM serving config: `vramlua estimate` prices it")
+  end
+  if tr then print(prefix and (M.notes(tr):gsub("[^\n]+", prefix .. "%0")) or M.notes(tr)) end
+  return run or require("stdlib.spec").normalize(doc, path), tr
 end
 
 -- The translation's notes for --json.

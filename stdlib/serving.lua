@@ -138,10 +138,14 @@ function M.estimate(s, run, cfg, gpu, where)
   local big = gpu.bytes >= 70 * (1 << 30)
   local seqs = s.max_num_seqs or (big and 1024 or 256)
   local btok = s.max_num_batched_tokens or (big and 8192 or 2048)
-  if not s.max_num_seqs or not s.max_num_batched_tokens then
-    assume(("vLLM V1 defaults for `vllm serve` on a GPU %s 70 GiB: max-num-seqs %d, "
-      .. "max-num-batched-tokens %d (engine/arg_utils.py)"):format(big and "of at least" or "under",
-      seqs, btok))
+  local defaulted = {}
+  if not s.max_num_seqs then defaulted[#defaulted + 1] = "max-num-seqs " .. seqs end
+  if not s.max_num_batched_tokens then
+    defaulted[#defaulted + 1] = "max-num-batched-tokens " .. btok
+  end
+  if #defaulted > 0 then
+    assume(("vLLM V1's default for `vllm serve` on a GPU %s 70 GiB: %s (engine/arg_utils.py)")
+      :format(big and "of at least" or "under", table.concat(defaulted, ", ")))
   end
   local mml = s.max_model_len
   if not mml then

@@ -1,6 +1,5 @@
 -- vramlua doctor SPEC --gpu NAME [--force]
 local errors = require("stdlib.errors")
-local spec = require("stdlib.spec")
 local gpus = require("stdlib.gpus")
 local fit = require("stdlib.fit")
 local doctor = require("stdlib.doctor")
@@ -23,13 +22,8 @@ local path, gpu_name, force = a[1], a.gpu, a.force
 if not path then errors.usage("doctor needs a SPEC file") end
 if not gpu_name then errors.usage("doctor needs --gpu NAME") end
 local gpu = gpus.get(gpu_name, nil, "--gpu")
-local run, tr = require("stdlib.formats").load_run(path, a, require("models.registry"))
-if tr and a.explain then print(require("stdlib.formats").explain(tr)) return end
-if tr and tr.spec.serve and not tr.spec.serve.colocate then
-  errors.usage(path .. " is a vLLM serving config: `vramlua estimate` prices it")
-end
-run = run or spec.load(path)
-if tr then print(require("stdlib.formats").notes(tr)) end
+local run = require("stdlib.formats").command_run(path, a, require("models.registry"))
+if not run then return end
 local need, st = fit.need(run)
 local weights = st.at_peak.weights + st.at_peak.master_weights
 local ok, findings = doctor.check(gpu, weights, need, force)

@@ -1,7 +1,6 @@
 -- vramlua fit SPEC --gpu NAME (--vary KNOB [--margin P%] | --knobs)
 local vram = require("vram")
 local errors = require("stdlib.errors")
-local spec = require("stdlib.spec")
 local gpus = require("stdlib.gpus")
 local fit = require("stdlib.fit")
 
@@ -33,13 +32,8 @@ if not path then errors.usage("fit needs a SPEC file") end
 if not gpu_name then errors.usage("fit needs --gpu NAME") end
 local gpu = gpus.get(gpu_name, nil, "--gpu")
 if not knob and not knobs then errors.usage("fit needs --vary KNOB or --knobs") end
-local run, tr = require("stdlib.formats").load_run(path, a, require("models.registry"))
-if tr and a.explain then print(require("stdlib.formats").explain(tr)) return end
-if tr and tr.spec.serve and not tr.spec.serve.colocate then
-  errors.usage(path .. " is a vLLM serving config: `vramlua estimate` prices it")
-end
-run = run or spec.load(path)
-if tr then print(require("stdlib.formats").notes(tr)) end
+local run = require("stdlib.formats").command_run(path, a, require("models.registry"))
+if not run then return end
 local budget = math.floor(gpu.bytes * (1 - margin))
 print(("%s on %s: budget %s (%s less %.1f%% margin)"):format(path, gpu.name,
   vram.fmt(budget, "GiB"), vram.fmt(gpu.bytes, "GiB"), margin * 100))

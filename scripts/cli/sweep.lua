@@ -1,7 +1,6 @@
 -- vramlua sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME] [--html FILE]
 local vram = require("vram")
 local errors = require("stdlib.errors")
-local spec = require("stdlib.spec")
 local compiled = require("stdlib.compiled")
 
 local HELP = [[
@@ -44,14 +43,9 @@ local batches = a.batch and list(a.batch, "--batch")
 local seqs = a.seq and list(a.seq, "--seq")
 if not path then errors.usage("sweep needs a SPEC file") end
 local gpu = gpu_name and require("stdlib.gpus").get(gpu_name, nil, "--gpu")
-local run, tr = require("stdlib.formats").load_run(path, a, require("models.registry"))
-if tr and a.explain then print(require("stdlib.formats").explain(tr)) return end
-if tr and tr.spec.serve and not tr.spec.serve.colocate then
-  errors.usage(path .. " is a vLLM serving config: `vramlua estimate` prices it")
-end
-run = run or spec.load(path)
 -- the translation's notes as comment lines above the CSV
-if tr then print((require("stdlib.formats").notes(tr):gsub("[^\n]+", "# %0"))) end
+local run = require("stdlib.formats").command_run(path, a, require("models.registry"), "# ")
+if not run then return end
 batches, seqs = batches or { run.batch }, seqs or { run.seq }
 local est = compiled.compile(run, path)
 local fw = require("stdlib.report").FRAMEWORK[run.framework or "pytorch"] or {}

@@ -58,7 +58,8 @@ end
 
 local DS_IGNORED = { deepspeed_multinode_launcher = true, zero3_save_16bit_model = true,
   gradient_clipping = true, deepspeed_hostfile = true, deepspeed_exclusion_filter = true,
-  deepspeed_inclusion_filter = true, zero3_init_flag = true }
+  deepspeed_inclusion_filter = true, zero3_init_flag = true,
+  seq_parallel_communication_data_type = true, deepspeed_moe_layer_cls_names = true }
 
 function M.translate(c, doc)
   local run = c.run
@@ -126,7 +127,8 @@ function M.translate(c, doc)
       }, {}, k .. ".")
     end,
   }, IGNORED)
-  if nproc then c.world_size = nproc end
+  -- distributed_type NO launches one process whatever num_processes says
+  if nproc and doc.distributed_type ~= "NO" then c.world_size = nproc end
   if nmach and nmach > 1 then c:assume("num_processes counts every process on all machines") end
   run.mode = "train"
   local opts = c.opts or {}

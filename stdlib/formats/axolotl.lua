@@ -4,12 +4,7 @@
 -- `load_in_4bit`.
 local M = {}
 
-local function not_modelled(what)
-  return function(c, v, k)
-    if v ~= false and v ~= 0 then c:warn(("%s: %s is not modelled; priced without it"):format(k,
-      what)) end
-  end
-end
+local not_modelled = require("stdlib.formats").not_modelled
 
 local H = {
   base_model = function(c, v, k) c:model(v, k) end,
@@ -85,7 +80,10 @@ local H = {
       num_iterations = true, epsilon = true, epsilon_high = true, scale_rewards = true,
       loss_type = true, mask_truncated_completions = true, temperature = true, top_p = true,
       top_k = true, vllm_server_host = true, vllm_server_port = true,
-      vllm_server_timeout = true, sync_ref_model = true }, k .. ".")
+      vllm_server_timeout = true, sync_ref_model = true, generation_kwargs = true,
+      chat_template_kwargs = true, vllm_enable_sleep_mode = true, num_completions_to_print = true,
+      importance_sampling_level = true, delta = true, use_liger_loss = true,
+      rollout_func = true, repetition_penalty = true, min_p = true }, k .. ".")
   end,
   unfrozen_parameters = not_modelled("training a subset of parameters"),
   peft_use_dora = not_modelled("DoRA"),
@@ -94,6 +92,33 @@ local H = {
   gpu_memory_limit = not_modelled("a memory cap"),
   lora_on_cpu = not_modelled("LoRA on the CPU"),
   eval_sample_packing = function() end,
+  attn_implementation = require("stdlib.formats.hf_trainer").HANDLERS.attn_implementation,
+  float16 = function(c, v, k) if c:bool(k, v) then c.half = "fp16" end end,
+  gptq = function(c, v, k) c.gptq = c:bool(k, v) end,
+  gptq_groupsize = function() end,
+  gptq_model_v1 = function() end,
+  max_packed_sequence_len = function(c, v, k) c.packed_len = c:int(k, v) end,
+  batch_size = function(c, v, k) c.total_batch = c:int(k, v) end,
+  dp_shard_size = function(c, v, k) c.parallel.dp_shard = c:int(k, v) end,
+  dp_replicate_size = function(c, v, k) c.parallel.dp = c:int(k, v) end,
+  expert_parallel_size = function(c, v, k) c.parallel.ep = c:int(k, v) end,
+  qat = not_modelled("quantization-aware training (fake-quantized copies)"),
+  model_config = not_modelled("overrides of the model's config.json"),
+  model_quantization_config = not_modelled("a quantization config for the base"),
+  model_quantization_config_kwargs = function() end,
+  use_kernels = not_modelled("hub kernels (MoE / fused layers)"),
+  quantize_moe_experts = not_modelled("quantized MoE experts"),
+  use_scattermoe = not_modelled("ScatterMoE kernels"),
+  use_sonicmoe = not_modelled("SonicMoE kernels"),
+  experts_implementation = not_modelled("a custom MoE experts implementation"),
+  llama4_linearized_experts = not_modelled("linearized Llama-4 experts"),
+  fused_attn_kernel = not_modelled("a fused attention kernel"),
+  flash_optimum = not_modelled("BetterTransformer attention"),
+  fp8 = not_modelled("fp8 training"),
+  sequence_parallel_degree = function(c, v, k) c.parallel.cp = c:int(k, v) end,
+  context_parallel_size = function(c, v, k) c.parallel.cp = c:int(k, v) end,
+  tensor_parallel_size = function(c, v, k) c.parallel.tp = c:int(k, v) end,
+  activation_offloading = not_modelled("activation offloading to the host"),
 }
 
 local IGNORED = {}
@@ -128,13 +153,26 @@ for k in ([[datasets test_datasets dataset_prepared_path val_set_size output_dir
   kto_undesirable_weight dpo_use_weighting dpo_label_smoothing
   dpo_norm_loss reward_model process_reward_model train_on_eos roles_to_train
   field_messages message_property_mappings resize_token_embeddings_to_32x
-  mean_resizing_embeddings shrink_embeddings]]):gmatch("%S+") do
+  mean_resizing_embeddings shrink_embeddings processor_type tokenizer_use_mistral_common
+  tokenizer_legacy tokenizer_save_jinja_files chat_template_kwargs eot_tokens
+  use_mlflow use_comet use_swanlab use_otel_metrics otel_metrics_host otel_metrics_port
+  ds_type cloud gc_steps include_tkps dataset_exact_deduplication
+  dataset_num_proc dataset_processes skip_move_to_device lora_target_parameters
+  load_best_model_at_end metric_for_best_model greater_is_better
+  save_first_step seed_data tokenizer_padding_side torchdistx_path experimental_skip_move_to_device
+  liger_rms_norm_gated num_labels eta_min cosine_constant_lr_ratio flex_attn_compile_kwargs
+  gemma4_hybrid_attn_impl vllm bnb_config_kwargs dsv4_fp4_grouped_mode
+  rl_beta dpo_use_logits_to_keep dpo_padding_free]]):gmatch("%S+") do
   IGNORED[k] = true
 end
 
 function M.translate(c, doc)
   c:walk(doc, H, IGNORED)
   local run = c.run
+  if not run.seq and c.packed_len then run.seq = c.packed_len end
+  if c.total_batch and run.batch then
+    run.grad_accum = run.grad_accum or math.max(1, c.total_batch // run.batch)
+  end
   if not run.seq then
     run.seq = 2048
     c:assume("sequence_len: 2048 (axolotl's default)")
@@ -167,9 +205,16 @@ function M.translate(c, doc)
     c:assume("4-bit weights: bitsandbytes NF4 with double quantization (axolotl's QLoRA)")
   elseif c.in8 then
     run.precision.weights = "int8"
+  elseif c.gptq then
+    run.precision.weights = "int4"
+    c:assume("gptq: int4 weights; GPTQ group scales and zeros not counted")
   end
-  run.optimizer = run.optimizer or { name = "adamw", foreach = "torch2", state_dtype = "fp32" }
-  if c.rl == "grpo" then
+  run.optimizer = run.optimizer or { name = "adamw", foreach = "torch2" }
+  if c.rl == "gdpo" then
+    c:assume("rl gdpo: priced as GRPO (the same rollout and update; only the advantage "
+      .. "normalization differs)")
+  end
+  if c.rl == "grpo" or c.rl == "gdpo" then
     require("stdlib.formats.trl").grpo(c, {
       num_generations = c.num_generations, max_completion_length = c.max_completion,
       beta = c.beta, use_vllm = c.use_vllm, vllm_mode = c.vllm_mode,

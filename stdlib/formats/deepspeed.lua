@@ -14,7 +14,8 @@ for k in ([[contiguous_gradients overlap_comm allgather_partitions reduce_scatte
   round_robin_gradients stage3_gather_16bit_weights_on_model_save
   stage3_gather_fp16_weights_on_model_save load_from_fp32_weights elastic_checkpoint
   ignore_unused_parameters legacy_stage1 memory_efficient_linear use_multi_rank_bucket_allreduce
-  cpu_offload_use_pin_memory log_trace_cache_warnings]]):gmatch("%S+") do
+  cpu_offload_use_pin_memory log_trace_cache_warnings gather_16bit_weights_on_model_save
+  module_granularity_threshold]]):gmatch("%S+") do
   ZERO_IGNORED[k] = true
 end
 
@@ -62,6 +63,11 @@ local ZERO = {
   stage3_param_persistence_threshold = bucket("stage3_param_persistence_threshold"),
   stage3_max_live_parameters = bucket("stage3_max_live_parameters"),
   stage3_max_reuse_distance = bucket("stage3_max_reuse_distance"),
+  -- the spellings DeepSpeed also accepts without the stage3_ prefix
+  max_live_parameters = bucket("stage3_max_live_parameters"),
+  max_reuse_distance = bucket("stage3_max_reuse_distance"),
+  prefetch_bucket_size = bucket("stage3_prefetch_bucket_size"),
+  param_persistence_threshold = bucket("stage3_param_persistence_threshold"),
   sub_group_size = bucket("sub_group_size"),
   zero_hpz_partition_size = function(c, v, k)
     if c:int(k, v) > 1 then c:warn(k .. ": ZeRO++ hierarchical partitioning is not modelled") end
@@ -80,7 +86,8 @@ for k in ([[scheduler gradient_clipping steps_per_print wall_clock_breakdown
   comms_logger checkpoint prescale_gradients gradient_predivide_factor
   communication_data_type dump_state memory_breakdown zero_force_ds_cpu_optimizer
   sparse_gradients aio elasticity autotuning compression_training
-  data_efficiency seq_parallel_communication_data_type timers]]):gmatch("%S+") do
+  data_efficiency seq_parallel_communication_data_type timers comms_config monitor_config
+  train_batch_size_auto zero_optimization_auto gradient_clipping_auto]]):gmatch("%S+") do
   IGNORED[k] = true
 end
 

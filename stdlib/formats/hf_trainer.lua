@@ -54,9 +54,19 @@ M.HANDLERS = {
   block_size = function(c, v, k) c.run.seq = c:int(k, v) end,
   max_seq_length = function(c, v, k) c.run.seq = c:int(k, v) end,
   attn_implementation = function(c, v, k)
+    local name = c:str(k, v)
     local a = ({ eager = "eager", sdpa = "sdpa", flash_attention_2 = "flash",
-      flash_attention_3 = "flash", kernels_community_flash_attn = "flash" })[c:str(k, v)]
-    if a then c.run.attention = a else c:unknown(k, v) end
+      flash_attention_3 = "flash", xformers = "flash", flex_attention = "flash" })[name]
+    -- hub kernels ("kernels-community/vllm-flash-attn3") are flash kernels
+    if not a and name:find("flash", 1, true) then a = "flash" end
+    if a then
+      c.run.attention = a
+      if name == "xformers" or name == "flex_attention" then
+        c:assume(k .. ": " .. name .. " priced as flash attention (no score matrix kept)")
+      end
+    else
+      c:unknown(k, v)
+    end
   end,
 }
 

@@ -41,12 +41,7 @@ H.freeze_multi_modal_projector = function(c, v, k) c.freeze_proj = c:bool(k, v) 
 H.freeze_language_model = function(c, v, k) c.freeze_llm = c:bool(k, v) end
 H.packing = function(c, v, k) c.packing = c:bool(k, v) end
 H.neat_packing = H.packing
-local function not_modelled(what)
-  return function(c, v, k)
-    if v ~= false and v ~= 0 then c:warn(("%s: %s is not modelled; priced without it"):format(k,
-      what)) end
-  end
-end
+local not_modelled = require("stdlib.formats").not_modelled
 H.use_dora = not_modelled("DoRA (a magnitude vector and a weight-norm pass per target)")
 H.use_galore = not_modelled("GaLore (projected optimizer states)")
 H.use_apollo = not_modelled("APOLLO (projected optimizer states)")
@@ -59,6 +54,11 @@ H.use_llama_pro = not_modelled("LLaMA Pro block expansion")
 H.additional_target = not_modelled("training additional full modules beside LoRA")
 H.train_mm_proj_only = not_modelled("training the projector alone")
 H.freeze_trainable_layers = function(c, v, k) c.freeze_layers = c:int(k, v, -100000) end
+H.fp8 = not_modelled("fp8 training (torchao / Transformer Engine)")
+H.fp8_backend = function() end
+H.fp8_enable_fsdp_float8_all_gather = function() end
+H.use_kt = not_modelled("KTransformers offloading")
+H.enable_liger_kernel_ = nil
 H.upcast_layernorm = not_modelled("fp32 layer norms")
 H.upcast_lmhead_output = not_modelled("an fp32 LM-head output")
 
@@ -89,7 +89,10 @@ for k in ([[template dataset dataset_dir eval_dataset media_dir image_dir train_
   swanlab_mode swanlab_api_key swanlab_logdir use_swanlab ray_run_name ray_storage_path
   ray_num_workers resources_per_worker placement_strategy ray_init_kwargs
   quantization_device_map model_max_length block_diag_attn use_mca
-  disable_gradient_checkpointing_disabled streaming]]):gmatch("%S+") do
+  disable_gradient_checkpointing_disabled streaming loraplus_lr_ratio loraplus_lr_embedding
+  fsdp_transformer_layer_cls_to_wrap oft_block_size oft_rank oft_target module_dropout
+  use_adam_mini use_muon compute_dtype device_map model_max_length
+  mm_proj_lr freeze_vision_tower_lr dataloader_persistent_workers]]):gmatch("%S+") do
   IGNORED[k] = true
 end
 
@@ -116,13 +119,21 @@ function M.translate(c, doc)
     c:warn("finetuning_type freeze: only the last " .. tostring(c.freeze_layers or 2)
       .. " layers train; priced as full fine-tuning (an upper bound)")
   elseif ftype ~= "full" then
-    c:unknown("finetuning_type", ftype)
+    -- another adapter method (OFT, ...): LoRA of rank 8 on every linear layer
+    -- stands in for it, said as a warning
+    run.lora = { rank = 8, alpha = 16, targets = "all-linear" }
+    c:warn("finetuning_type " .. ftype .. ": not modelled; priced as a LoRA of rank 8 on every "
+      .. "linear layer (a frozen base with a small adapter)")
   end
+  local adapter = run.lora ~= nil
   -- dtypes: bf16/fp16 loads the model in that dtype; trainable parameters
   -- are upcast to fp32 unless pure_bf16
   local half = c.half
   if c.qbit then
-    if ftype ~= "lora" then c:fail("quantization_bit", "LLaMA-Factory quantizes for LoRA only") end
+    if not adapter then
+      c:fail("quantization_bit", "LLaMA-Factory trains a quantized base through an adapter "
+        .. "only, not with finetuning_type " .. ftype)
+    end
     run.precision = { params = half or "bf16" }
     if c.qbit == 4 then
       run.precision.weights = (c.qtype == "fp4") and "int4" or (c.double_quant == false and "nf4"
@@ -134,16 +145,16 @@ function M.translate(c, doc)
     end
   elseif not half then
     run.precision = { params = "fp32" }
-  elseif c.pure_bf16 or ftype == "lora" then
+  elseif c.pure_bf16 or adapter then
     run.precision = { params = half }
-    if ftype == "lora" and not c.pure_bf16 then
+    if adapter and not c.pure_bf16 then
       c:assume("LoRA adapter weights are upcast to fp32 by LLaMA-Factory; priced in " .. half
         .. " (adapters are small beside the base)")
     end
   else
     c:precision(half, "mixed")
   end
-  if c.qbit and ftype == "lora" and not c.pure_bf16 then
+  if c.qbit and not c.pure_bf16 then
     c:assume("LoRA adapter weights are upcast to fp32 by LLaMA-Factory; priced in "
       .. run.precision.params)
   end
@@ -168,7 +179,7 @@ function M.translate(c, doc)
         .. "2 x per_device_train_batch_size rows per step")
     end
     local pref = c.pref_loss or "sigmoid"
-    if stage ~= "rm" and pref ~= "orpo" and pref ~= "simpo" and ftype ~= "lora" then
+    if stage ~= "rm" and pref ~= "orpo" and pref ~= "simpo" and not adapter then
       c:warn("stage " .. stage .. ": the reference model (a frozen copy of the weights) is not "
         .. "priced; add its weight bytes")
     end
@@ -177,7 +188,7 @@ function M.translate(c, doc)
     local mb = run.batch
     run.batch = mb * (run.grad_accum or 1)
     run.rl = { new_tokens = c.max_new_tokens or 1024, minibatch = mb,
-      reference = ftype ~= "lora", value = false }
+      reference = not adapter, value = false }
     if not c.max_new_tokens then c:assume("max_new_tokens: 1024 (LLaMA-Factory's default)") end
     c:assume("ppo: the value head shares the policy's backbone (no separate critic)")
     c:warn("ppo: the reward model (" .. tostring(c.reward_model) .. ") is not priced")

@@ -11,12 +11,7 @@ local hf = require("stdlib.formats.hf_trainer")
 
 local M = {}
 
-local function not_modelled(what)
-  return function(c, v, k)
-    if v ~= false and v ~= 0 then c:warn(("%s: %s is not modelled; priced without it"):format(k,
-      what)) end
-  end
-end
+local not_modelled = require("stdlib.formats").not_modelled
 
 local function keep(field, kind)
   return function(c, v, k) c.t[field] = c[kind](c, k, v) end
@@ -85,7 +80,7 @@ for k in ([[dataset_text_field dataset_kwargs dataset_num_proc dataset_train_spl
   stop_token_id missing_eos_penalty total_episodes sft_model_path exp_name
   num_sample_generations lora_dropout lora_task_type use_rslora model_revision
   trust_remote_code bnb_4bit_compute_dtype bnb_4bit_quant_storage lora_target_parameters
-  dataset_name dataset_config dataset_path script_name]]):gmatch("%S+") do
+  dataset_name dataset_config dataset_path script_name env]]):gmatch("%S+") do
   IGNORED[k] = true
 end
 

@@ -116,13 +116,7 @@ local QUANT = { fp8 = "fp8", awq = "int4", awq_marlin = "int4", gptq = "int4",
   gptq_marlin = "int4", bitsandbytes = "nf4", ["compressed-tensors"] = "from-config",
   modelopt = "from-config", mxfp4 = "mxfp4", fbgemm_fp8 = "fp8", experts_int8 = "int8" }
 
-local function not_modelled(what)
-  return function(c, v, k)
-    if v ~= false and v ~= "false" then
-      c:warn(("%s: %s is not modelled; priced without it"):format(k, what))
-    end
-  end
-end
+local not_modelled = require("stdlib.formats").not_modelled
 
 -- The serve table from engine arguments (keys spelled with '-').
 function M.read(c, args)
