@@ -196,6 +196,38 @@ return {
     T.raises(function() formats.translate(p, { format = "llamafactory" }) end,
       p .. ": per_device_train_batch_size: must be an integer, got two")
   end,
+  axolotl_keys_of_older_and_newer_configs = function()
+    if not T.tmpfile then return end
+    local p = T.tmpfile("base_model: Qwen/Qwen2.5-1.5B\nmicro_batch_size: 2\nbatch_size: 16\n"
+      .. "max_packed_sequence_len: 500_000\ngptq: true\nadapter: lora\nlora_r: 8\n"
+      .. "attn_implementation: kernels-community/vllm-flash-attn3\nwandb_project: x\n"
+      .. "swanlab_mode: cloud\n")
+    local t = formats.translate(p, { format = "axolotl" })
+    local r = t.spec.run
+    T.eq(r.grad_accum, 8, "batch_size 16 / micro_batch_size 2")
+    T.eq(r.seq, 500000, "500_000 as Python and YAML 1.1 read it")
+    T.eq(r.precision.weights, "int4", "gptq")
+    T.eq(r.attention, "flash", "a hub flash kernel")
+    T.eq(#t.not_understood, 0, "tracking prefixes are ignored")
+  end,
+  ddp_is_said_apart_from_sharding = function()
+    if not T.tmpfile then return end
+    local p = T.tmpfile("distributed_type: MULTI_GPU\nnum_processes: 4\nmixed_precision: bf16\n")
+    local t = formats.translate(p, { format = "accelerate", seq = 256 })
+    T.eq(t.world_size, 4)
+    T.ok(has(t.warnings, "DDP over 4 GPUs"), "DDP: the whole model per rank, buckets not priced")
+    T.ok(not has(t.warnings, "per-rank sharding"))
+    local one = T.tmpfile("distributed_type: 'NO'\nnum_processes: 8\n")
+    T.eq(formats.translate(one, { format = "accelerate", seq = 256 }).world_size, nil,
+      "distributed_type NO runs one process")
+  end,
+  an_unmodelled_adapter_method_is_a_labelled_lora_stand_in = function()
+    if not T.tmpfile then return end
+    local p = T.tmpfile("stage: sft\nfinetuning_type: oft\ncutoff_len: 512\n")
+    local t = formats.translate(p, { format = "llamafactory" })
+    T.eq(t.spec.run.lora, { rank = 8, alpha = 16, targets = "all-linear" })
+    T.ok(has(t.warnings, "finetuning_type oft: not modelled"))
+  end,
   vllm_words_follow_the_shell = function()
     local vllm = require("stdlib.formats.vllm")
     T.eq(vllm.words("vllm serve m \\\n  --a 'x y' # note\n--b=\"z\""),
