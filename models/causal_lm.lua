@@ -30,7 +30,7 @@ function F.build(S, run, pol)
   local m = run.text
   local trainable, lora = pol("llm")
   return decoder.build(S, m, { dt = run.param_dtype, trainable = trainable, lora = lora,
-    quant = run.quant, moe_impl = F.moe_impl(run, m) })
+    quant = run.quant, moe_impl = F.moe_impl(run, m), stage = run.stage })
 end
 
 function F.inputs(S, run)
@@ -82,6 +82,23 @@ function F.forward_loss(S, P, run)
   S:drop(lg)
   S.cat = "activations"
   return add_aux(S, P, run, l, kept)
+end
+
+-- One pipeline stage (stdlib/parallel.lua): its input is the embedding on
+-- the first stage, else `recv`, the activation the previous stage sent; it
+-- returns the loss on the last stage, else the activation it sends on.
+function F.forward_stage(S, P, run, recv)
+  P.recv = recv
+  local out
+  if P.head then
+    out = F.forward_loss(S, P, run)
+  else
+    local x = decoder.embed(S, P, run.batch * run.seq)
+    out = decoder.forward(S, P, x, run)
+    S:drop(x)
+  end
+  P.recv = nil
+  return out
 end
 
 function F.forward_logits(S, P, run)

@@ -391,13 +391,18 @@ function D.moe_desc(m, impl)
 end
 
 -- Parameters in model.parameters() order. opts: {dt, trainable(name) -> bool,
--- lora(name) -> {r=} or nil, quant, moe_impl}
+-- lora(name) -> {r=} or nil, quant, moe_impl, stage = {embed=, head=} (a pipeline stage
+-- holds the embedding only first, the final norm and head only last; a tied
+-- head keeps its own copy of the embedding there, as Megatron does)}
 function D.build(S, m, opts)
   local dt, H, hd = opts.dt, m.hidden, m.head_dim
   local tr, lo, quant = opts.trainable, opts.lora, opts.quant
+  local stage = opts.stage or { embed = true, head = true }
   local P = { m = m, layers = {} }
-  P.embed = S:param(m.vocab * (m.factor or H), dt, tr("embed_tokens"), "embed_tokens")
-  P.embed.rows = m.vocab -- a matrix, for factored optimizer states
+  if stage.embed or (stage.head and m.tie) then
+    P.embed = S:param(m.vocab * (m.factor or H), dt, tr("embed_tokens"), "embed_tokens")
+    P.embed.rows = m.vocab -- a matrix, for factored optimizer states
+  end
   if m.factor then
     P.embed_proj = layers.new_linear(S, m.factor, H, false, dt, tr("embed_tokens"),
       "embed_proj", nil)
@@ -459,11 +464,13 @@ function D.build(S, m, opts)
     end
     P.layers[i] = l
   end
-  P.norm = norm("norm", H)
-  if m.tie then
-    P.head = { w = P.embed, out = m.vocab, inn = H, label = "lm_head" }
-  else
-    P.head = lin("lm_head", H, m.vocab, false)
+  if stage.head then
+    P.norm = norm("norm", H)
+    if m.tie then
+      P.head = { w = P.embed, out = m.vocab, inn = H, label = "lm_head" }
+    else
+      P.head = lin("lm_head", H, m.vocab, false)
+    end
   end
   -- RotaryEmbedding.inv_freq is a buffer cast with the model
   S.tape:alloc(S:bytes(dt, (m.mla and m.mla.rope or hd) // 2), "buffers", "rotary.inv_freq")
@@ -682,7 +689,7 @@ function D.forward(S, P, emb, run)
   local seg = run.ckpt_segment or 1
   if m.uniform and not ctx.router_logits and compose.enabled(S, m.layers, run) then
     h = D.composed_layers(S, P, h, ctx, run)
-    local normed = layers.rmsnorm(S, h, P.norm, rows, "norm")
+    local normed = P.norm and layers.rmsnorm(S, h, P.norm, rows, "norm") or S:view(h)
     S:drop(h, cache_pos, mask, cos, sin)
     return normed
   end
@@ -708,7 +715,7 @@ function D.forward(S, P, emb, run)
     end
     h = out
   end
-  local normed = layers.rmsnorm(S, h, P.norm, rows, "norm")
+  local normed = P.norm and layers.rmsnorm(S, h, P.norm, rows, "norm") or S:view(h)
   S:drop(h, cache_pos, mask, cos, sin)
   return normed
 end
@@ -738,6 +745,7 @@ function D.logits(S, P, hidden, run, keep)
 end
 
 function D.embed(S, P, rows)
+  if P.recv then return S:view(P.recv) end -- a later pipeline stage's input
   if P.m.factor then
     local small = layers.embedding(S, P.embed, rows, P.m.factor, "embed_tokens")
     local out = layers.linear(S, small, P.embed_proj, rows)

@@ -38,4 +38,24 @@ function M.suggest(name, known)
   if best and bestd <= math.max(2, #name // 3) then return best end
 end
 
+-- A mapping whose keys must all be in `allowed` (a set); an unknown key is
+-- an error naming prefix..key with the closest known name as a hint.
+function M.keys(tbl, allowed, where, prefix)
+  if type(tbl) ~= "table" or tbl[1] ~= nil then
+    M.input(where, prefix:gsub("%.$", ""), "must be a mapping, got " ..
+      (type(tbl) == "table" and "a list" or type(tbl) .. " " .. tostring(tbl)))
+  end
+  local known = {}
+  for k in pairs(allowed) do known[#known + 1] = k end
+  table.sort(known)
+  for k in pairs(tbl) do
+    if not allowed[k] then
+      local hint = type(k) == "string" and M.suggest(k, known)
+      M.input(where, prefix .. tostring(k), "unknown field" ..
+        (hint and ("; did you mean '" .. hint .. "'?") or
+          (" (known: " .. table.concat(known, ", ") .. ")")))
+    end
+  end
+end
+
 return M

@@ -32,7 +32,12 @@ end
 function Sim:bytes(dt, n) return self:round_bytes(bytes(dt, n)) end
 
 -- A fresh tensor of n elements of dtype dt. rg: requires grad.
+-- self.split (label -> k): ops whose output is scattered over k ranks
+-- (Megatron sequence parallelism: row-parallel outputs and the embedding
+-- leave each rank with 1/k of the rows; norms and residuals then follow).
 function Sim:new_tensor(n, dt, label, rg, cat)
+  local k = self.split and self.split[label]
+  if k then n = n // k end
   local b = self:bytes(dt, n)
   return { id = self.tape:alloc(b, cat or self.cat, label), n = n, dt = dt, b = b,
            rg = rg and self.grad or false }

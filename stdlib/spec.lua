@@ -9,23 +9,7 @@ local decoder = require("models.decoder")
 
 local M = {}
 
-local function check_keys(tbl, allowed, where, prefix)
-  if type(tbl) ~= "table" or tbl[1] ~= nil then
-    errors.input(where, prefix:gsub("%.$", ""), "must be a mapping, got " ..
-      (type(tbl) == "table" and "a list" or type(tbl) .. " " .. tostring(tbl)))
-  end
-  local known = {}
-  for k in pairs(allowed) do known[#known + 1] = k end
-  table.sort(known)
-  for k in pairs(tbl) do
-    if not allowed[k] then
-      local hint = type(k) == "string" and errors.suggest(k, known)
-      errors.input(where, prefix .. tostring(k), "unknown field" ..
-        (hint and ("; did you mean '" .. hint .. "'?") or
-          (" (known: " .. table.concat(known, ", ") .. ")")))
-    end
-  end
-end
+local check_keys = errors.keys
 
 local function dtype(where, field, v, default)
   if v == nil then return default end
@@ -212,9 +196,9 @@ function M.normalize(spec, where, loaded)
   if spec.family ~= nil or spec.id ~= nil then -- the measured-case dialect
     return M.check_sizes(require("stdlib.truth").normalize(spec, where), where)
   end
-  check_keys(spec, { model = 1, run = 1 }, where, "")
+  check_keys(spec, { model = 1, run = 1, parallel = 1 }, where, "")
   local model = spec.model or errors.input(where, "model", "is required but missing")
-  check_keys(model, { config = 1, preset = 1, overrides = 1 }, where, "model.")
+  check_keys(model, { config = 1, preset = 1, overrides = 1, text_only = 1 }, where, "model.")
   local cfg
   local src = model.config or (model.preset and (model.preset .. ".json"))
   if not src then errors.input(where, "model", "needs `config` (a path) or `preset` (a name)") end
@@ -362,21 +346,33 @@ function M.normalize(spec, where, loaded)
   end
   r.hf_config = cfg
   local fam = require("models.registry").find(cfg, path).name
-  if VLM_FAMILIES[fam] then
-    return M.check_sizes(M.vlm_run(r, cfg, path, run.images, where), where)
+  -- model.text_only: the language model of a VLM config alone (its
+  -- text_config), as when a VLM's LLM is trained on text
+  local text_only = cfgutil.reader(model, where, "model."):bool("text_only", false)
+  if text_only and not VLM_FAMILIES[fam] then
+    errors.input(where, "model.text_only", "the config is not a vision-language model")
   end
-  r.text = M.text_config(cfg, path)
-  if r.moe then
-    if not r.text.moe then
-      errors.input(where, "run.moe", "the model has no mixture-of-experts layers")
+  if VLM_FAMILIES[fam] and not text_only then
+    r = M.vlm_run(r, cfg, path, run.images, where)
+  else
+    r.text = M.text_config(cfg, path)
+    if r.moe then
+      if not r.text.moe then
+        errors.input(where, "run.moe", "the model has no mixture-of-experts layers")
+      end
+      if r.moe.capacity_factor then
+        -- the description the simulator reads carries the run's capacity
+        local o = {}
+        for k, v in pairs(r.text.moe) do o[k] = v end
+        o.capacity_factor = r.moe.capacity_factor
+        r.text.moe = o
+      end
     end
-    if r.moe.capacity_factor then
-      -- the description the simulator reads carries the run's capacity
-      local o = {}
-      for k, v in pairs(r.text.moe) do o[k] = v end
-      o.capacity_factor = r.moe.capacity_factor
-      r.text.moe = o
-    end
+  end
+  -- multi-GPU layouts (stdlib/parallel.lua)
+  if spec.parallel ~= nil then
+    local par = require("stdlib.parallel")
+    r.parallel = par.check(par.read(spec.parallel, where, r), r, where)
   end
   return M.check_sizes(r, where)
 end

@@ -67,8 +67,13 @@ elseif case_id and doc.id ~= case_id then
 end
 run = run or spec.normalize(doc, path)
 run.timeline = fmt == nil or fmt == "markdown" or a.html ~= nil -- drawn, not in JSON/CSV
-local st = step.run(run)
-local b = report.budget(st, run, gpu)
+local b, st
+if run.parallel then -- per-rank budgets; the top level is the largest rank's
+  b = require("stdlib.parallel").budget(run, gpu)
+else
+  st = step.run(run)
+  b = report.budget(st, run, gpu)
+end
 if tr then b.translation = formats.json_notes(tr) end
 if sv then
   -- vLLM colocated with training (TRL use_vllm, vllm_mode colocate)
@@ -83,8 +88,8 @@ if fmt == "json" then print(report.json(b))
 elseif fmt == "markdown" then print(report.markdown(b, path))
 elseif fmt == "csv" then print(report.csv(b))
 else
-  print(report.text(b, path))
-  if st.timeline then print(table.concat(require("stdlib.timeline").text(st.timeline), "\n")) end
+  print(run.parallel and require("stdlib.parallel").text(b, path) or report.text(b, path))
+  if st and st.timeline then print(table.concat(require("stdlib.timeline").text(st.timeline), "\n")) end
   if sv then
     print("colocated vLLM (reserved beside training; the fit above subtracts it):")
     print(serving.text(sv))
@@ -92,6 +97,6 @@ else
 end
 if a.html then
   local html = require("stdlib.html")
-  html.write(a.html, html.page(path, b, st.timeline))
+  html.write(a.html, html.page(path, b, st and st.timeline))
   if not fmt then print("html: wrote " .. a.html) end -- JSON and CSV stay parseable
 end

@@ -162,6 +162,20 @@ t "a received shared script runs"        0 "largest batch" \
   '"$V" run "$D/received/lora_plan.lua" --preset qwen2_5_1_5b_instruct --seq 256'
 t "a shared script states its version"   1 "needs vramlua 9.0" \
   'printf "local v = require(\"vram\")\nv.require_version(\"9.0\")\n" > "$D/newer.lua"; "$V" run "$D/newer.lua"'
+# per-rank budgets (stdlib/parallel.lua) from the example specs
+EX="$(dirname "$V")/../examples/specs"
+export EX
+t "estimate of a ZeRO-3 run has per_rank" 0 '"per_rank"' \
+  '"$V" estimate "$EX/mistral_small_24b_zero3_8gpu.yaml" --json'
+t "a pipeline run prints a table per stage" 0 "== last stage (ranks 4-7)" \
+  '"$V" estimate "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml"'
+t "an FSDP offload run states host memory" 0 "host memory (offload, pinned)" \
+  '"$V" estimate "$EX/qwen3_4b_fsdp_cpu_offload.yaml"'
+t "a misspelt parallel key is named"      1 "parallel.zer: unknown field; did you mean 'zero'?" \
+  'sed "s/  zero: 3/  zer: 3/" "$EX/mistral_small_24b_zero3_8gpu.yaml" > "$D/zer.yaml";
+   cp "$EX/../configs/mistral_small_3_1_24b_instruct_2503.json" "$D/";
+   sed -i "s/preset: mistral_small_3_1_24b_instruct_2503/config: mistral_small_3_1_24b_instruct_2503.json/" "$D/zer.yaml";
+   "$V" estimate "$D/zer.yaml"'
 
 # ---------------------------------------------------------------- other tools' configs
 F="$(dirname "$V")/../examples/formats"

@@ -54,6 +54,7 @@ local MODULES = {
   "test_timeline",
   "test_formats",
   "test_serving",
+  "test_parallel",
 }
 
 local T = { passed = 0, failed = 0, tmpfile = nil }

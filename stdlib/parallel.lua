@@ -1,0 +1,751 @@
+-- Per-rank budgets beyond one GPU (issue 14): the `parallel:` table of a run
+-- spec, the rank-local model each rank holds (tensor, pipeline, context and
+-- expert splits) run op by op on the simulator, and the model states each
+-- rank keeps under DDP, DeepSpeed ZeRO 1-3 and FSDP, with offload.
+--
+-- What comes from where:
+--  * activations, logits, temporaries: the simulator on the rank-local
+--    shapes (heads, kv heads, intermediate and vocab over tp; rows over tp
+--    in sequence-parallel regions; seq over cp; the stage's layers);
+--  * model states: exact element counts of the parameters the simulator
+--    created, partitioned and padded the way each framework does;
+--  * pipeline in-flight micro-batches: the bytes one micro-batch's forward
+--    leaves held, measured on the simulator, times the schedule's count;
+--  * gathered-parameter windows and bucket buffers: from the knobs and the
+--    parameter sizes, placed on the tape for the phase they live in;
+--  * NCCL communicator buffers: an assumption, printed.
+local vram = require("vram")
+local errors = require("stdlib.errors")
+local cfgutil = require("stdlib.config")
+local step = require("stdlib.step")
+local optim = require("stdlib.optim")
+local report = require("stdlib.report")
+local gpus = require("stdlib.gpus")
+
+local M = {}
+
+M.FSDP = { "full_shard", "shard_grad_op", "hybrid_shard", "no_shard" }
+M.OFFLOAD = { "none", "cpu", "nvme" }
+M.SCHEDULES = { "1f1b", "interleaved" }
+
+-- Framework defaults (DeepSpeed runtime/zero/config.py, torch DDP, FSDP).
+M.DEFAULTS = {
+  bucket_cap_mb = 25, -- torch.nn.parallel.DistributedDataParallel
+  reduce_bucket_size = 500000000, -- DeepSpeed, elements
+  allgather_bucket_size = 500000000,
+  stage3_prefetch_bucket_size = 50000000,
+  stage3_max_live_parameters = 1000000000,
+  stage3_param_persistence_threshold = 100000,
+  sub_group_size = 1000000000,
+  gpus_per_node = 8,
+  -- DeepSpeed offload_param / offload_optimizer aio staging defaults
+  nvme_param_buffer_count = 5, nvme_param_buffer_size = 100000000,
+  nvme_optimizer_buffer_count = 4,
+}
+
+-- Assumed, not derived: NCCL_BUFFSIZE (4 MiB) x 2 (send, receive) x 16
+-- channels per communicator a rank joins.
+M.NCCL_PER_COMM = 4 * (1 << 20) * 2 * 16
+
+local KEYS = { dp = 1, tp = 1, pp = 1, cp = 1, ep = 1, sequence_parallel = 1, pp_schedule = 1,
+  virtual_stages = 1, microbatches = 1, zero = 1, fsdp = 1, fsdp_version = 1, gpus_per_node = 1,
+  offload = 1, bucket_cap_mb = 1, gradient_as_bucket_view = 1, reduce_bucket_size = 1,
+  allgather_bucket_size = 1, overlap_comm = 1, contiguous_gradients = 1,
+  stage3_prefetch_bucket_size = 1, stage3_max_live_parameters = 1,
+  stage3_param_persistence_threshold = 1, sub_group_size = 1, reshard_after_forward = 1,
+  limit_all_gathers = 1 }
+
+local function one_of(rd, key, list, default)
+  local v = rd:raw(key)
+  if v == nil then return default end
+  for _, x in ipairs(list) do if x == v then return v end end
+  local hint = type(v) == "string" and errors.suggest(v, list)
+  rd:fail(key, ("must be one of %s, got '%s'%s"):format(table.concat(list, ", "), tostring(v),
+    hint and ("; did you mean '" .. hint .. "'?") or ""))
+end
+
+-- The `parallel:` table of a spec, checked and with defaults; nil when absent.
+-- run: the normalized run (for grad_accum and mode).
+function M.read(tbl, where, run)
+  if tbl == nil then return nil end
+  errors.keys(tbl, KEYS, where, "parallel.")
+  local rd = cfgutil.reader(tbl, where, "parallel.")
+  local D = M.DEFAULTS
+  local L = {
+    dp = rd:int("dp", 1), tp = rd:int("tp", 1), pp = rd:int("pp", 1), cp = rd:int("cp", 1),
+    ep = rd:int("ep", 1),
+    sp = rd:bool("sequence_parallel", false),
+    schedule = one_of(rd, "pp_schedule", M.SCHEDULES, "1f1b"),
+    zero = rd:int("zero", 0, false, 0),
+    fsdp = one_of(rd, "fsdp", M.FSDP, nil),
+    fsdp_version = rd:int("fsdp_version", 1),
+    gpus_per_node = rd:int("gpus_per_node", D.gpus_per_node),
+    bucket_cap_mb = rd:int("bucket_cap_mb", D.bucket_cap_mb),
+    bucket_view = rd:bool("gradient_as_bucket_view", false),
+    reduce_bucket = rd:int("reduce_bucket_size", D.reduce_bucket_size),
+    allgather_bucket = rd:int("allgather_bucket_size", D.allgather_bucket_size),
+    contiguous_gradients = rd:bool("contiguous_gradients", true),
+    prefetch_bucket = rd:int("stage3_prefetch_bucket_size", D.stage3_prefetch_bucket_size, false, 0),
+    max_live = rd:int("stage3_max_live_parameters", D.stage3_max_live_parameters),
+    persistence = rd:int("stage3_param_persistence_threshold",
+      D.stage3_param_persistence_threshold, false, 0),
+    sub_group = rd:int("sub_group_size", D.sub_group_size),
+    limit_all_gathers = rd:bool("limit_all_gathers", true),
+  }
+  if L.zero > 3 then rd:fail("zero", "must be 0, 1, 2 or 3, got " .. L.zero) end
+  if L.fsdp_version > 2 then rd:fail("fsdp_version", "must be 1 or 2, got " .. L.fsdp_version) end
+  if L.fsdp and L.zero > 0 then rd:fail("fsdp", "cannot be combined with zero (pick one)") end
+  if tbl.fsdp_version and not L.fsdp then rd:fail("fsdp_version", "needs fsdp") end
+  L.overlap_comm = rd:bool("overlap_comm", L.zero == 3) -- DeepSpeed: on by default in stage 3
+  L.reshard = rd:bool("reshard_after_forward", L.fsdp ~= "shard_grad_op")
+  if tbl.reshard_after_forward ~= nil and not L.fsdp then
+    rd:fail("reshard_after_forward", "is an FSDP knob: needs fsdp")
+  end
+  if L.fsdp == "shard_grad_op" and L.reshard then
+    rd:fail("reshard_after_forward", "shard_grad_op keeps parameters unsharded after forward")
+  end
+  for _, k in ipairs({ "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
+    "contiguous_gradients" }) do
+    if tbl[k] ~= nil and L.zero == 0 then rd:fail(k, "is a DeepSpeed ZeRO knob: needs zero >= 1") end
+  end
+  for _, k in ipairs({ "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
+    "stage3_param_persistence_threshold" }) do
+    if tbl[k] ~= nil and L.zero ~= 3 then rd:fail(k, "is a ZeRO-3 knob: needs zero: 3") end
+  end
+  if (tbl.bucket_cap_mb ~= nil or tbl.gradient_as_bucket_view ~= nil)
+      and (L.zero > 0 or (L.fsdp and L.fsdp ~= "no_shard")) then
+    rd:fail(tbl.bucket_cap_mb ~= nil and "bucket_cap_mb" or "gradient_as_bucket_view",
+      "is a DDP knob: ZeRO and sharded FSDP reduce gradients their own way")
+  end
+  if L.sp and L.tp == 1 then rd:fail("sequence_parallel", "needs tp > 1") end
+  if L.schedule == "interleaved" then
+    if L.pp == 1 then rd:fail("pp_schedule", "interleaved needs pp > 1") end
+    L.vstages = rd:int("virtual_stages", 2)
+  else
+    if tbl.virtual_stages ~= nil then rd:fail("virtual_stages", "needs pp_schedule: interleaved") end
+    L.vstages = 1
+  end
+  L.microbatches = rd:int("microbatches", run and run.grad_accum or 1)
+  local off = tbl.offload or {}
+  errors.keys(off, { optimizer = 1, params = 1, pin_memory = 1 }, where, "parallel.offload.")
+  local ord = cfgutil.reader(off, where, "parallel.offload.")
+  L.offload = { optimizer = one_of(ord, "optimizer", M.OFFLOAD, "none"),
+    params = one_of(ord, "params", M.OFFLOAD, "none"), pin = ord:bool("pin_memory", true) }
+  if L.offload.params ~= "none" and L.zero ~= 3 and not (L.fsdp and L.fsdp ~= "no_shard") then
+    ord:fail("params", "parameter offload needs zero: 3 or a sharded fsdp")
+  end
+  if L.offload.optimizer ~= "none" and L.zero == 0 and not L.fsdp then
+    ord:fail("optimizer", "optimizer offload needs zero >= 1 or fsdp")
+  end
+  if L.fsdp then
+    if L.offload.optimizer == "nvme" or L.offload.params == "nvme" then
+      ord:fail("params", "FSDP offloads to cpu only")
+    end
+    -- FSDP's CPUOffload(offload_params=True) moves parameters, gradients and
+    -- the optimizer step to the host together
+    if L.offload.optimizer ~= L.offload.params then
+      ord:fail("optimizer", "FSDP offloads parameters and optimizer together: set both to cpu")
+    end
+  end
+  if L.offload.params ~= "none" and L.offload.optimizer == "none" then
+    ord:fail("params", "DeepSpeed offloads parameters only together with the optimizer")
+  end
+  L.world = L.dp * L.tp * L.pp * L.cp
+  if L.dp % L.ep ~= 0 then rd:fail("ep", ("must divide dp (%d), got %d"):format(L.dp, L.ep)) end
+  -- ZeRO and FSDP shard over the data-parallel ranks (with cp, the same
+  -- parameters live on dp*cp ranks); hybrid_shard within a node
+  L.shard = L.dp * L.cp
+  if L.fsdp == "hybrid_shard" then
+    local per_node = math.max(1, L.gpus_per_node // (L.tp * L.pp))
+    L.shard = math.min(L.shard, per_node)
+    if (L.dp * L.cp) % L.shard ~= 0 then
+      rd:fail("gpus_per_node", "hybrid_shard's shard group must divide dp*cp")
+    end
+  end
+  L.where = where
+  return L
+end
+
+-- Model-dependent checks, once the model is known.
+function M.check(L, run, where)
+  local function fail(field, what) errors.input(where, "parallel." .. field, what) end
+  if run.module ~= "models.causal_lm" or not run.text then
+    fail("", "per-rank budgets are modelled for decoder-only language models")
+  end
+  if run.mode ~= "train" or run.rl then fail("", "per-rank budgets are modelled for training steps") end
+  if run.quant then fail("", "quantized weights are not modelled with parallel layouts") end
+  if run.ckpt_every or run.ckpt_segment then
+    fail("", "every-N-th / segment checkpointing is not modelled with parallel layouts")
+  end
+  local m = run.text
+  local tp = L.tp
+  if m.heads % tp ~= 0 then fail("tp", ("must divide num_attention_heads (%d)"):format(m.heads)) end
+  if m.kv_heads % tp ~= 0 and tp % m.kv_heads ~= 0 then
+    fail("tp", ("must divide or be a multiple of num_key_value_heads (%d)"):format(m.kv_heads))
+  end
+  if m.intermediate % tp ~= 0 then
+    fail("tp", ("must divide intermediate_size (%d)"):format(m.intermediate))
+  end
+  local chunks = L.pp * L.vstages
+  if m.layers % chunks ~= 0 then
+    fail("pp", ("pp x virtual_stages (%d) must divide num_hidden_layers (%d)"):format(chunks,
+      m.layers))
+  end
+  if L.pp > 1 and m.factor then fail("pp", "factorized embeddings are not modelled with pp") end
+  if L.cp > 1 then
+    if run.attention == "eager" then
+      fail("cp", "context parallelism (ring attention) needs run.attention sdpa or flash")
+    end
+    -- load-balanced ring attention splits the sequence into 2*cp chunks
+    if run.seq % (2 * L.cp) ~= 0 then
+      fail("cp", ("2*cp must divide run.seq (%d)"):format(run.seq))
+    end
+  end
+  if L.sp and (run.batch * run.seq // L.cp) % tp ~= 0 then
+    fail("sequence_parallel", "tp must divide the tokens of a micro-batch")
+  end
+  local experts = m.experts or m.num_experts
+  if L.ep > 1 then
+    if not experts then fail("ep", "expert parallelism needs a mixture-of-experts model") end
+    if experts % L.ep ~= 0 then
+      fail("ep", ("must divide the expert count (%d), got %d"):format(experts, L.ep))
+    end
+  end
+  if L.pp > 1 and L.microbatches < 1 then fail("microbatches", "must be >= 1") end
+  return L
+end
+
+local function copy(t)
+  local c = {}
+  for k, v in pairs(t) do c[k] = type(v) == "table" and copy(v) or v end
+  return c
+end
+
+local function ceil_div(a, b) return (a + b - 1) // b end
+
+-- Megatron pads the vocabulary to a multiple of 128 x tp
+-- (make_vocab_size_divisible_by) so that each rank's slice is equal.
+function M.padded_vocab(v, tp)
+  if tp == 1 then return v end
+  return ceil_div(v, 128 * tp) * 128 * tp
+end
+
+-- Pipeline roles: one per stage, with the micro-batches (model chunks, when
+-- interleaved) whose activations it holds at its peak.
+function M.roles(L, run)
+  local p, v, m = L.pp, L.vstages, L.microbatches
+  local per = L.dp * L.tp * L.cp
+  local out = {}
+  for s = 0, p - 1 do
+    local inflight
+    if v == 1 then
+      inflight = math.min(p - s, m) -- 1F1B: warm-up forwards plus the one in backward
+    else
+      -- Megatron's interleaved warm-up: (p - s - 1)*2 + (v - 1)*p chunks, plus one
+      inflight = math.min((p - s - 1) * 2 + (v - 1) * p + 1, m * v)
+    end
+    out[#out + 1] = { stage = s, first = s == 0, last = s == p - 1, inflight = inflight,
+      layers = run.text.layers // p, chunk_layers = run.text.layers // (p * v),
+      ranks = { s * per, (s + 1) * per - 1 } }
+  end
+  return out
+end
+
+-- The run one rank of `role` simulates: its share of the model and tokens.
+function M.local_run(run, L, role)
+  local r = copy(run)
+  local m, t = run.text, r.text
+  t.head_dim = m.head_dim
+  t.heads = m.heads // L.tp
+  t.kv_heads = math.max(1, m.kv_heads // L.tp) -- tp > kv heads: each rank keeps one copy
+  t.intermediate = m.intermediate // L.tp
+  t.vocab = M.padded_vocab(m.vocab, L.tp) // L.tp
+  t.layers = role.layers
+  if m.experts then t.experts = m.experts // L.ep end
+  if m.num_experts then t.num_experts = m.num_experts // L.ep end
+  r.seq = run.seq // L.cp
+  r.stage = { embed = role.first, head = role.last }
+  local sharded = L.zero > 0 or (L.fsdp and L.fsdp ~= "no_shard")
+  if sharded then
+    -- the module computes in the compute dtype. DeepSpeed keeps fp32
+    -- partitions (master, optimizer) behind a 16-bit module always; FSDP's
+    -- shards keep the dtype the model was loaded in (fp32 under
+    -- precision.master, else pure 16-bit)
+    if L.zero > 0 and vram.bytes(r.dtype, 1) < 4 then
+      r.master_dtype = "fp32"
+    else
+      r.master_dtype = r.param_dtype
+    end
+    r.param_dtype, r.autocast = r.dtype, nil
+  end
+  return r
+end
+
+-- Parameter ids of each decoder layer (FSDP's per-layer wrapping units).
+local function layer_param_ids(l, out)
+  for _, v in pairs(l) do
+    if type(v) == "table" then
+      if v.param then out[v.id] = true else layer_param_ids(v, out) end
+    end
+  end
+  return out
+end
+
+-- Bytes of n elements of dt, without allocator rounding.
+local function nbytes(dt, n) return vram.bytes(dt, n) end
+
+-- One pass of the role's step on a fresh simulator. held: bytes one
+-- micro-batch's forward leaves held (nil on the measuring pass).
+local function pass(family, run, L, role, held)
+  local S = step.new_sim(run)
+  if L.sp then
+    -- row-parallel outputs and the embedding are reduce-scattered over tp;
+    -- the norms' per-row statistics follow their rows
+    S.split = { o_proj = L.tp, down_proj = L.tp, embed_tokens = L.tp }
+    for _, n in ipairs({ "input_layernorm", "post_attention_layernorm", "norm" }) do
+      S.split[n .. ".mean"], S.split[n .. ".rsqrt"] = L.tp, L.tp
+    end
+  end
+  local tape = S.tape
+  local scheme = L.fsdp and L.fsdp ~= "no_shard" and "fsdp" or
+    (L.zero > 0 and ("zero" .. L.zero) or "ddp")
+  local params = {}
+  local orig = S.param
+  local on_tape = scheme == "ddp" or scheme == "zero1"
+  S.param = function(self, n, dt, trainable, label, cat)
+    local p
+    if on_tape then
+      p = orig(self, n, dt, trainable, label, cat)
+    else -- states allocated below, partitioned; the handle carries no bytes
+      p = { id = tape:param(0, cat or "weights", label), n = n, dt = dt, b = 0,
+            rg = trainable and true or false, param = true }
+    end
+    params[#params + 1] = p
+    return p
+  end
+  local P = family.build(S, run, step.policies(run))
+  S.param = nil
+  local cdt = run.param_dtype -- what the module computes with (and its grads)
+  local mdt = run.master_dtype or cdt
+  local N = L.shard
+  local info = { scheme = scheme, host = 0, nvme = 0, assumptions = {}, states = {} }
+  local function assume(s) info.assumptions[#info.assumptions + 1] = s end
+  local states = info.states
+  local function add_state(k, b) states[k] = (states[k] or 0) + b end
+  local total, trainable, largest = 0, 0, 0
+  for _, p in ipairs(params) do
+    total = total + p.n
+    if p.rg then trainable = trainable + p.n end
+    if p.n > largest then largest = p.n end
+  end
+  info.param_count, info.trainable_count, info.largest_param = total, trainable, largest
+  local opt = copy(run.optimizer)
+  local function state_params(parts, dt)
+    local out = {}
+    for i, n in ipairs(parts) do out[i] = { n = n, rows = n, dt = dt, b = S:bytes(dt, n) } end
+    return out
+  end
+  local function state_bytes(n, dt)
+    if opt.name == "none" or opt.name == "sgd" then return 0 end
+    return vram.optimizer_state(opt.name == "sgd_momentum" and "momentum" or opt.name, n, 1,
+      opt.state_dtype or dt, opt.momentum_dtype)
+  end
+  -- where the optimizer's partitions live: GPU, host or NVMe
+  local off = L.offload
+  local opt_parts -- pseudo-parameters the GPU optimizer steps over (nil: host)
+  local fwd_window, bwd_window = 0, 0 -- transient gathered params (+ grads)
+  local bwd_buffers, opt_transient = 0, 0
+  if scheme == "ddp" then
+    for _, p in ipairs(params) do
+      add_state("weights", nbytes(p.dt, p.n))
+      if p.rg then add_state("gradients", nbytes(p.dt, p.n)) end
+    end
+    local tr = step.trainable(S, params)
+    optim.init_state(S, tr, opt)
+    for _, p in ipairs(tr) do
+      add_state("optimizer_state", state_bytes(p.n, p.dt))
+    end
+    if L.dp * L.cp > 1 and not L.bucket_view and L.fsdp ~= "no_shard" then
+      -- the reducer's flat buckets span every gradient once more
+      local g = 0
+      for _, p in ipairs(tr) do g = g + p.b end
+      tape:alloc(g, "buffers", "ddp.buckets")
+      assume(("DDP buckets: a second copy of the gradients (%d MB cap per bucket; "
+        .. "gradient_as_bucket_view=false)"):format(L.bucket_cap_mb))
+    end
+    opt_parts = tr
+  elseif scheme == "zero1" or scheme == "zero2" or scheme == "zero3" then
+    -- fp32 (master dtype) partitions of the trainable parameters. Stages 1
+    -- and 2 flatten each group, padded to 2 x world elements
+    -- (nccl_start_alignment_factor); stage 3 pads every parameter to world.
+    local part = 0
+    if scheme == "zero3" then
+      for _, p in ipairs(params) do if p.rg then part = part + ceil_div(p.n, N) end end
+    else
+      part = ceil_div(trainable, 2 * N) * 2
+    end
+    info.partition = part
+    local master = mdt ~= cdt and mdt or nil
+    local host_opt = off.optimizer ~= "none"
+    local opt_bytes = state_bytes(part, mdt)
+    local master_b = master and nbytes(master, part) or 0
+    local fp32_grad = nbytes(mdt, part) -- the partition's gradient the optimizer reads
+    if scheme == "zero3" then fp32_grad = nbytes(mdt, math.min(part, L.sub_group)) end
+    if host_opt then
+      local hb = opt_bytes + master_b + fp32_grad
+      if off.optimizer == "cpu" then
+        info.host = info.host + hb
+      else
+        info.nvme = info.nvme + opt_bytes + master_b
+        local staged = M.DEFAULTS.nvme_optimizer_buffer_count * math.min(part, L.sub_group) * 4
+        info.host = info.host + staged + fp32_grad
+        assume("NVMe optimizer swap: 4 pinned staging buffers of one sub-group (DeepSpeed "
+          .. "aio defaults, assumed)")
+      end
+    else
+      if master then
+        tape:alloc(S:bytes(master, part), "master_weights", "zero.fp32_partition")
+        add_state("master_weights", master_b)
+      end
+      optim.init_state(S, state_params({ part }, mdt), opt)
+      add_state("optimizer_state", opt_bytes)
+      opt_transient = S:bytes(mdt, scheme == "zero3" and math.min(part, L.sub_group) or part)
+      add_state("fp32_grad_partition", fp32_grad)
+      opt_parts = nil -- FusedAdam updates in place: no step temporaries
+      assume("ZeRO optimizer: fused Adam over flat partitions, no step temporaries")
+    end
+    -- the 16-bit parameters
+    if scheme == "zero3" then
+      local resident = 0
+      for _, p in ipairs(params) do
+        resident = resident + (p.n < L.persistence and p.n or ceil_div(p.n, N))
+      end
+      if off.params == "none" then
+        tape:alloc(S:bytes(cdt, resident), "weights", "zero3.param_partitions")
+      elseif off.params == "cpu" then
+        info.host = info.host + nbytes(cdt, resident)
+      else
+        info.nvme = info.nvme + nbytes(cdt, resident)
+        info.host = info.host + M.DEFAULTS.nvme_param_buffer_count
+          * M.DEFAULTS.nvme_param_buffer_size * vram.bytes(cdt, 1)
+        assume("NVMe parameter swap: 5 pinned buffers of 1e8 elements (DeepSpeed defaults)")
+      end
+      if off.params == "none" then add_state("weights", nbytes(cdt, resident)) end
+      -- gradients reduce-scattered into a flat 16-bit partition buffer
+      -- (offloaded: straight into pinned host buffers)
+      if not host_opt then
+        tape:alloc(S:bytes(cdt, part), "gradients", "zero3.grad_partitions")
+        add_state("gradients", nbytes(cdt, part))
+      end -- offloaded: reduced straight into the host fp32 gradient buffer
+      -- gathered window: the module in use plus the prefetch bucket, capped
+      -- by stage3_max_live_parameters
+      local win = math.min(largest + L.prefetch_bucket, math.max(L.max_live, largest), total)
+      fwd_window = S:bytes(cdt, win)
+      bwd_window = fwd_window + S:bytes(cdt, largest) -- + the module's full gradient
+      bwd_buffers = S:bytes(cdt, math.min(L.reduce_bucket, trainable))
+      add_state("largest_layer_params_and_grads", nbytes(cdt, largest) * 2)
+      assume(("ZeRO-3 gathered window: largest module (%d) + prefetch bucket, "
+        .. "steady state over the whole forward/backward"):format(largest))
+    else
+      local full = 0
+      for _, p in ipairs(params) do full = full + p.n end
+      if scheme == "zero2" then
+        tape:alloc(S:bytes(cdt, full), "weights", "zero.bit16_params")
+        -- gradients land in the bucket, then in this rank's partition
+        local ipg = L.contiguous_gradients and
+          S:bytes(cdt, math.min(L.reduce_bucket, trainable)) * (L.overlap_comm and 2 or 1) or 0
+        bwd_buffers = ipg
+        if not host_opt then -- offloaded: copied into pinned host buffers instead
+          info.grad_partition = S:bytes(cdt, part)
+          add_state("gradients", nbytes(cdt, part))
+        end
+      else
+        -- ZeRO-1: full gradients until the step, reduced in buckets
+        for _, p in ipairs(params) do if p.rg then add_state("gradients", nbytes(cdt, p.n)) end end
+        bwd_buffers = 0
+        info.reduce_tail = S:bytes(cdt, math.min(L.reduce_bucket, trainable))
+      end
+      add_state("weights", nbytes(cdt, full))
+    end
+  else -- fsdp
+    local units, root, in_unit = {}, { n = 0, params = {} }, {}
+    for i, l in ipairs(P.layers) do
+      local ids = layer_param_ids(l, {})
+      units[i] = { n = 0, params = {} }
+      for id in pairs(ids) do in_unit[id] = i end
+    end
+    for _, p in ipairs(params) do
+      local u = in_unit[p.id] and units[in_unit[p.id]] or root
+      u.n = u.n + p.n
+      u.params[#u.params + 1] = p
+    end
+    local all = { root }
+    for _, u in ipairs(units) do all[#all + 1] = u end
+    local shard_parts = {}
+    local shard_total, unit_max = 0, 0
+    for _, u in ipairs(all) do
+      local s = 0
+      if L.fsdp_version == 1 then
+        s = ceil_div(u.n, N) -- one FlatParameter per unit, padded to the world
+      else
+        for _, p in ipairs(u.params) do
+          local rows = p.rows or p.n
+          s = s + ceil_div(rows, N) * (p.n // rows) -- DTensor Shard(0), dim 0 padded
+        end
+      end
+      shard_parts[#shard_parts + 1] = s
+      shard_total = shard_total + s
+      if u ~= root and u.n > unit_max then unit_max = u.n end
+    end
+    info.partition = shard_total
+    local sdt = mdt -- sharded parameters keep the loaded dtype
+    local host = off.params == "cpu"
+    local opt_bytes = state_bytes(shard_total, sdt)
+    if host then
+      info.host = info.host + nbytes(sdt, shard_total) * 2 + opt_bytes
+    else
+      for i, s in ipairs(shard_parts) do
+        tape:alloc(S:bytes(sdt, s), sdt ~= cdt and "master_weights" or "weights",
+          "fsdp.shard" .. (i == 1 and ".root" or ""))
+      end
+      add_state(sdt ~= cdt and "master_weights" or "weights", nbytes(sdt, shard_total))
+      optim.init_state(S, state_params(shard_parts, sdt), opt)
+      add_state("optimizer_state", opt_bytes)
+      add_state("gradients", nbytes(sdt, shard_total))
+      opt_parts = state_params(shard_parts, sdt)
+      info.grad_shards = shard_parts
+      info.grad_dt = sdt
+    end
+    -- unsharded compute-dtype copies: the root unit (embedding, norm, head)
+    -- stays gathered through the step; layer units are gathered in turn
+    local ubytes = S:bytes(cdt, unit_max)
+    if sdt ~= cdt or N > 1 then
+      tape:alloc(S:bytes(cdt, root.n), "weights", "fsdp.root_unsharded")
+    end
+    if L.reshard then
+      fwd_window = 2 * ubytes -- current unit + the one prefetched (rate limiter)
+      if not L.limit_all_gathers then
+        assume("limit_all_gathers=false: all-gathers may run further ahead; counted as two "
+          .. "units (a lower bound)")
+      end
+    else
+      fwd_window = S:bytes(cdt, total - root.n) -- every unit stays gathered until backward
+    end
+    bwd_window = 2 * ubytes + ubytes -- current + prefetched unit, the current unit's grads
+    if not L.reshard then bwd_window = fwd_window + ubytes end
+    bwd_buffers = S:bytes(cdt, ceil_div(unit_max, N)) -- reduce-scatter output
+    add_state("unsharded_unit", nbytes(cdt, unit_max))
+    assume("FSDP units: one per decoder layer plus the root (embedding, final norm, head)")
+  end
+
+  -- the step
+  local inputs = family.inputs(S, run, P)
+  local base = tape:live()
+  local st_ends = { baseline = base }
+  local rows = run.batch * run.seq
+  local hidden_b = S:bytes(cdt, rows * run.text.hidden // (L.sp and L.tp or 1))
+  -- a later stage's input: an activation received from the previous stage
+  -- that requires grad (a zero-byte leaf stands for the sender's graph)
+  local function recv()
+    if role.first then return nil end
+    local src = { id = tape:param(0, "activations", "pp.recv_src"), n = 0, b = 0, dt = cdt,
+      rg = true, param = true }
+    return S:op("pp.recv", rows * run.text.hidden // (L.sp and L.tp or 1), cdt, { src }, {},
+      { { src, 0 } })
+  end
+  local held_block
+  if held and held > 0 and role.inflight > 1 then
+    held_block = tape:alloc(held * (role.inflight - 1), "activations",
+      ("pp.in_flight x%d"):format(role.inflight - 1))
+  end
+  local chunk = P
+  if L.vstages > 1 then
+    local m = copy(P.m)
+    m.layers = role.chunk_layers
+    local ls = {}
+    for i = 1, role.chunk_layers do ls[i] = P.layers[i] end
+    chunk = setmetatable({ m = m, layers = ls }, { __index = P })
+  end
+  local n_mb = held and math.min(L.microbatches, 2) or 1
+  local measured
+  local fw = fwd_window > 0 and tape:alloc(fwd_window, "weights", "gathered_params.forward")
+  for mb = 1, n_mb do
+    tape:phase("forward")
+    if not fw and fwd_window > 0 then
+      fw = tape:alloc(fwd_window, "weights", "gathered_params.forward")
+    end
+    local before = tape:live()
+    if run.autocast then S:autocast_enter(run.autocast) end
+    local r = recv()
+    local out = family.forward_stage(S, chunk, run, r)
+    S:autocast_exit()
+    S:drop(r)
+    local root = out
+    if not role.last then
+      -- the output is sent and freed (Megatron deallocates it); backward
+      -- starts from the gradient the next stage sends back
+      root = S:op("pp.send", 1, "fp32", { out }, {}, { { out, out.b } })
+      S:drop(out)
+    end
+    if not held then measured = tape:live() - before - (role.last and 0 or root.b) end
+    st_ends.forward_end = st_ends.forward_end or tape:live()
+    if L.reshard or scheme ~= "fsdp" then
+      if fw then tape:drop(fw); fw = nil end
+    end
+    tape:phase("backward")
+    local bw = bwd_window > 0 and tape:alloc(bwd_window, "weights", "gathered_params.backward")
+    local bb = bwd_buffers > 0 and tape:alloc(bwd_buffers, "buffers", "grad_reduce_buckets")
+    if info.grad_partition and not info.gp_id then
+      info.gp_id = tape:alloc(info.grad_partition, "gradients", "zero2.grads_in_partition")
+    end
+    if info.grad_shards and not info.gs_ids then
+      info.gs_ids = {}
+      for i, s in ipairs(info.grad_shards) do
+        info.gs_ids[i] = tape:alloc(S:bytes(info.grad_dt, s), "gradients", "fsdp.grad_shard")
+      end
+    end
+    tape:backward(root.id)
+    S:drop(root)
+    if info.reduce_tail then tape:temp(info.reduce_tail, "buffers", "zero1.reduce_bucket") end
+    if bw then tape:drop(bw) end
+    if bb then tape:drop(bb) end
+    if fw then tape:drop(fw); fw = nil end
+  end
+  if held_block then tape:drop(held_block) end
+  st_ends.backward_end = tape:live()
+  tape:phase("optimizer")
+  if opt_transient > 0 then
+    tape:temp(opt_transient, "gradients", "zero.fp32_grad_partition")
+  end
+  if opt_parts then optim.step(S, opt_parts, opt) end
+  st_ends.optimizer_end = tape:live()
+  tape:phase("zero_grad")
+  tape:zero_grad()
+  if info.gp_id then tape:drop(info.gp_id) end
+  for _, id in ipairs(info.gs_ids or {}) do tape:drop(id) end
+  for _, x in ipairs(inputs) do S:drop(x) end
+  local st = tape:stats()
+  st.baseline, st.phase_end = base, st_ends
+  st.param_count, st.trainable_count = total, trainable
+  info.held = measured
+  info.hidden_b = hidden_b
+  return st, info
+end
+
+-- Simulates one role: a measuring pass for the bytes a micro-batch's
+-- forward holds, then the step with the in-flight ones in place.
+function M.simulate_role(run, L, role)
+  local family = require(run.module)
+  local lrun = M.local_run(run, L, role)
+  local held
+  if role.inflight > 1 then
+    local _, info = pass(family, lrun, L, role, nil)
+    held = info.held
+  end
+  local st, info = pass(family, lrun, L, role, held or 0)
+  info.held = held
+  return st, info, lrun
+end
+
+local function range(r)
+  if r[1] == r[2] then return tostring(r[1]) end
+  return ("%d-%d"):format(r[1], r[2])
+end
+
+-- Communicators a rank joins (one per parallel dimension above 1).
+local function comms(L)
+  local n = 0
+  for _, d in ipairs({ L.dp, L.tp, L.pp, L.cp, L.ep }) do if d > 1 then n = n + 1 end end
+  return n
+end
+
+-- The budget of a parallel run: per_rank (one per pipeline stage, with the
+-- ranks it stands for) and the largest rank's figures at the top level.
+function M.budget(run, gpu_name)
+  local L = run.parallel
+  local per, top = {}, nil
+  local gpu = gpus.find(gpu_name or run.gpu)
+  for _, role in ipairs(M.roles(L, run)) do
+    local st, info, lrun = M.simulate_role(run, L, role)
+    local b = report.budget(st, lrun, gpu_name)
+    local nccl = comms(L) * M.NCCL_PER_COMM
+    if nccl > 0 then
+      b.assumptions[#b.assumptions + 1] = ("NCCL: %d communicator(s) x 128 MiB (4 MiB buffers "
+        .. "x 2 x 16 channels, assumed)"):format(comms(L))
+      b.device_total_bytes = b.device_total_bytes + nccl
+      if gpu then
+        b.headroom_bytes = b.headroom_bytes - nccl
+        b.fits = b.headroom_bytes >= 0
+      end
+    end
+    for _, a in ipairs(info.assumptions) do b.assumptions[#b.assumptions + 1] = a end
+    if L.pp > 1 then
+      b.assumptions[#b.assumptions + 1] = ("pipeline: %d micro-batch%s in flight (%s), "
+        .. "%d B held each"):format(role.inflight, role.inflight == 1 and "" or "es",
+          L.schedule, info.held or 0)
+    end
+    local name = L.pp == 1 and "all ranks" or
+      (role.first and role.last and "stage" or role.first and "first stage" or
+        role.last and "last stage" or ("stage " .. role.stage))
+    local e = {
+      role = name, stage = role.stage, ranks = range(role.ranks),
+      rank_count = role.ranks[2] - role.ranks[1] + 1,
+      peak_bytes = b.peak_bytes, peak_phase = b.peak_phase, peak_op = b.peak_op,
+      reserved_bytes = b.reserved_bytes, device_total_bytes = b.device_total_bytes,
+      breakdown = b.breakdown, host_bytes = info.host, nvme_bytes = info.nvme,
+      param_count = info.param_count, trainable_param_count = info.trainable_count,
+      model_states = info.states, inflight_microbatches = role.inflight,
+      layers = role.layers, fits = b.fits, headroom_bytes = b.headroom_bytes,
+      assumptions = b.assumptions,
+    }
+    per[#per + 1] = e
+    if not top or e.device_total_bytes > top.device_total_bytes then top = e; top.budget = b end
+  end
+  local b = top.budget
+  top.budget = nil
+  b.param_count = nil
+  b.trainable_param_count = nil
+  b.per_rank = per
+  b.host_bytes = top.host_bytes
+  b.layout = { dp = L.dp, tp = L.tp, pp = L.pp, cp = L.cp, ep = L.ep, world = L.world,
+    sequence_parallel = L.sp, zero = L.zero, fsdp = L.fsdp, fsdp_version = L.fsdp and
+    L.fsdp_version or nil, microbatches = L.microbatches, pp_schedule = L.schedule,
+    offload = L.offload }
+  b.largest_rank = top.ranks
+  return b
+end
+
+-- Terminal: one table per rank role.
+function M.text(b, title)
+  local out = {}
+  local function add(s) out[#out + 1] = s end
+  local L = b.layout
+  if title then add(title) end
+  add(("layout: dp=%d tp=%d pp=%d cp=%d ep=%d (world %d)%s%s%s"):format(L.dp, L.tp, L.pp, L.cp,
+    L.ep, L.world, L.sequence_parallel and " +sp" or "",
+    L.zero > 0 and (" zero-" .. L.zero) or "",
+    L.fsdp and (" fsdp " .. L.fsdp .. " v" .. L.fsdp_version) or ""))
+  for _, r in ipairs(b.per_rank) do
+    add("")
+    add(("== %s (ranks %s): peak %s [%d B] in %s"):format(r.role, r.ranks,
+      vram.fmt(r.peak_bytes, "GiB"), r.peak_bytes, r.peak_phase))
+    add(("%-16s %16s %11s %6s"):format("component", "bytes", "GiB", "share"))
+    for _, it in ipairs(r.breakdown) do
+      add(("%-16s %16d %11.3f %5.1f%%"):format(it.category, it.bytes, it.bytes / (1 << 30),
+        it.bytes / r.peak_bytes * 100))
+    end
+    add(("device total (reserved + framework + NCCL): %s"):format(
+      vram.fmt(r.device_total_bytes, "GiB")))
+    if r.host_bytes > 0 then add(("host memory (offload, pinned): %s"):format(
+      vram.fmt(r.host_bytes, "GiB"))) end
+    if r.nvme_bytes > 0 then add(("NVMe: %s"):format(vram.fmt(r.nvme_bytes, "GiB"))) end
+    if r.fits ~= nil then
+      add(("%s on %s: headroom %s"):format(r.fits and "FITS" or "DOES NOT FIT", b.gpu.name,
+        vram.fmt(r.headroom_bytes, "GiB")))
+    end
+    for _, a in ipairs(r.assumptions) do add("  assumption: " .. a) end
+  end
+  return table.concat(out, "\n")
+end
+
+return M

@@ -1,0 +1,230 @@
+-- Per-rank budgets (stdlib/parallel.lua): the `parallel:` reader, model
+-- states against DeepSpeed's own estimators, per-layer activations under
+-- tensor / sequence parallelism against Korthikanti et al. 2022, pipeline
+-- roles and offload host bytes. Expected values are written out here from
+-- the published shapes and formulas, never taken from the tool's output.
+local vram = require("vram")
+local spec = require("stdlib.spec")
+local par = require("stdlib.parallel")
+
+local root = vram.share_dir
+local WHERE = root .. "/tests/lua/spec.yaml"
+
+local function normalize(parallel, run_over, model_over, preset)
+  local r = { mode = "train", batch = 1, seq = 2048, precision = { params = "bf16" },
+    optimizer = "adamw", attention = "flash" }
+  for k, v in pairs(run_over or {}) do r[k] = v end
+  return spec.normalize({ model = { preset = preset or "qwen2_5_1_5b_instruct",
+    overrides = model_over }, run = r, parallel = parallel }, WHERE)
+end
+
+-- Model states of the one role of a pp=1 layout.
+local function states(parallel, run_over, preset)
+  local run = normalize(parallel, run_over, nil, preset)
+  local _, info = par.simulate_role(run, run.parallel, par.roles(run.parallel, run)[1])
+  local sum = 0
+  for _, v in pairs(info.states) do sum = sum + v end
+  return sum, info
+end
+
+local tests = {}
+
+function tests.unknown_keys_and_bad_values_are_errors_with_the_field()
+  T.raises(function() normalize({ dp = 2, zer = 3 }) end,
+    "parallel.zer: unknown field; did you mean 'zero'?")
+  T.raises(function() normalize({ zero = 4 }) end, "parallel.zero: must be 0, 1, 2 or 3")
+  T.raises(function() normalize({ zero = 2, fsdp = "full_shard" }) end,
+    "parallel.fsdp: cannot be combined with zero")
+  T.raises(function() normalize({ fsdp = "full_shrad" }) end, "did you mean 'full_shard'?")
+  T.raises(function() normalize({ tp = 1, sequence_parallel = true }) end,
+    "parallel.sequence_parallel: needs tp > 1")
+  T.raises(function() normalize({ zero = 2, offload = { params = "cpu", optimizer = "cpu" } }) end,
+    "parallel.offload.params: parameter offload needs zero: 3")
+  T.raises(function() normalize({ zero = 2, offload = { optimiser = "cpu" } }) end,
+    "parallel.offload.optimiser: unknown field; did you mean 'optimizer'?")
+  T.raises(function() normalize({ dp = 4, ep = 3 }) end, "parallel.ep: must divide dp (4)")
+  T.raises(function() normalize({ dp = 4, ep = 2 }) end,
+    "parallel.ep: expert parallelism needs a mixture-of-experts model")
+  -- Qwen2.5-1.5B: 12 heads, 2 kv heads, 28 layers
+  T.raises(function() normalize({ tp = 8 }) end, "parallel.tp: must divide num_attention_heads (12)")
+  T.raises(function() normalize({ pp = 3 }) end, "must divide num_hidden_layers (28)")
+  T.raises(function() normalize({ cp = 2 }, { attention = "eager" }) end,
+    "parallel.cp: context parallelism (ring attention) needs run.attention sdpa or flash")
+  T.raises(function() normalize({ dp = 2, stage3_max_live_parameters = 1 }) end,
+    "is a ZeRO-3 knob: needs zero: 3")
+  T.raises(function() normalize({ zero = 3, bucket_cap_mb = 50 }) end, "is a DDP knob")
+  T.raises(function() normalize({ dp = 2 }, { mode = "inference" }) end,
+    "modelled for training steps")
+end
+
+-- Qwen2.5-1.5B: P = 1,543,714,304 (tests/test_models.lua); every parameter
+-- and P itself divide by 16, so no padding enters below. Largest module:
+-- the (tied) embedding, 151936 x 1536.
+local P = 1543714304
+local LARGEST = 151936 * 1536
+
+-- deepspeed/runtime/zero/stage_1_and_2.py estimate_zero2_model_states_mem_needs
+local function ds_zero2(total, gpus, offload)
+  if offload then
+    return 2 * total, total * math.max(4 * gpus, 16) * 1.5 -- gpu, cpu (per node)
+  end
+  return 4 * total + 16 * total // gpus
+end
+
+-- deepspeed/runtime/zero/stage3.py estimate_zero3_model_states_mem_needs
+-- (zero_init, one node)
+local function ds_zero3(total, largest, gpus, offload, offload_params)
+  local llm = 4 * largest
+  if offload then
+    if offload_params then return llm, total * 18 * 1.5 end
+    return llm + 2 * total // gpus, total * 16 * 1.5
+  end
+  return llm + 18 * total // gpus
+end
+
+function tests.zero1_model_states_equal_deepspeeds_estimate()
+  -- 16-bit weights and gradients whole (2P + 2P); fp32 master, Adam m and v
+  -- and the fp32 gradient partition (16P/N): DeepSpeed's stage-1/2 formula
+  for _, n in ipairs({ 2, 4, 8 }) do
+    local got, info = states({ dp = n, zero = 1 })
+    T.eq(info.param_count, P)
+    T.eq(got, ds_zero2(P, n), "ZeRO-1 on " .. n .. " GPUs")
+  end
+end
+
+function tests.zero2_keeps_only_the_gradient_partition_which_the_estimator_does_not()
+  -- The estimator counts full 16-bit gradients (4P); stage 2 reduces each
+  -- bucket and keeps only this rank's partition: 2P - 2P/N less.
+  for _, n in ipairs({ 2, 8 }) do
+    local got = states({ dp = n, zero = 2 })
+    T.eq(ds_zero2(P, n) - got, 2 * P - 2 * P // n, "ZeRO-2 on " .. n .. " GPUs")
+  end
+  -- offloaded optimizer: the GPU keeps the 16-bit weights alone, as estimated
+  local got, info = states({ dp = 8, zero = 2, offload = { optimizer = "cpu" } })
+  local gpu, cpu = ds_zero2(P, 8, true)
+  T.eq(got, gpu)
+  -- host, per rank: fp32 master, m, v and gradient of the partition (16P/N).
+  -- The estimator's node figure adds a 1.5 buffer factor and, for 8 GPUs,
+  -- max(4 x 8, 16) = 32 bytes/param: every rank loading fp32 weights.
+  T.eq(info.host, 16 * P // 8)
+  T.eq(cpu, 32 * P * 1.5)
+end
+
+function tests.zero3_model_states_and_the_grad_partition_the_estimator_leaves_out()
+  -- no persistent parameters, so that every parameter is partitioned as in
+  -- the estimator
+  local got = states({ dp = 8, zero = 3, stage3_param_persistence_threshold = 0 })
+  -- the estimator: 4 x largest layer (its gathered 16-bit weights and
+  -- gradients) + 18P/N (16-bit partition 2, fp32 master 4, m 4, v 4,
+  -- fp32 gradient 4). Stage 3 also keeps the reduce-scattered 16-bit
+  -- gradient partition (grad_partitions_flat_buffer): 2P/N more.
+  T.eq(got - ds_zero3(P, LARGEST, 8), 2 * P // 8)
+  local off = states({ dp = 8, zero = 3, stage3_param_persistence_threshold = 0,
+    offload = { optimizer = "cpu" } })
+  T.eq(off, ds_zero3(P, LARGEST, 8, true, false))
+  local all, info = states({ dp = 8, zero = 3, stage3_param_persistence_threshold = 0,
+    offload = { optimizer = "cpu", params = "cpu" } })
+  T.eq(all, ds_zero3(P, LARGEST, 8, true, true))
+  -- host per rank 18P/N; the estimator's node figure is 18P x 1.5 (buffer)
+  local _, cpu = ds_zero3(P, LARGEST, 8, true, true)
+  T.eq(info.host * 8 * 1.5, cpu)
+end
+
+function tests.fsdp_cpu_offload_puts_shards_grads_and_adam_on_the_host()
+  -- Qwen3-4B, 4,022,468,096 parameters (tests/lua/test_recipes.lua); the
+  -- root unit (embedding 151936 x 2560 + final norm) and every layer unit
+  -- divide by 4: fp32 shard, fp32 gradient and Adam m, v = 16 B per element
+  local Q3 = 4022468096
+  local _, info = states({ dp = 4, fsdp = "full_shard", offload = { optimizer = "cpu",
+    params = "cpu" } }, { precision = { master = "fp32", compute = "bf16" } },
+    "qwen3_4b_instruct_2507")
+  T.eq(info.param_count, Q3)
+  T.eq(info.host, 16 * Q3 // 4)
+  -- on the GPU only the unsharded bf16 unit remains of the model states
+  local layer = 2560 * 4096 + 2 * 2560 * 1024 + 4096 * 2560 + 2 * 128
+    + 3 * 2560 * 9728 + 2 * 2560
+  T.eq(info.states.unsharded_unit, 2 * layer)
+  T.eq(info.states.gradients, nil)
+end
+
+-- One decoder layer's activations held from forward to backward: the
+-- difference between 3 and 2 layers (no checkpointing).
+local function per_layer(parallel, seq, attention)
+  local function held(layers)
+    local run = normalize(parallel, { seq = seq, attention = attention, optimizer = "sgd" },
+      { num_hidden_layers = layers }, "qwen2_5_7b_instruct")
+    local st = par.simulate_role(run, run.parallel, par.roles(run.parallel, run)[1])
+    return st.phase_end.forward_end - st.baseline
+  end
+  return held(3) - held(2)
+end
+
+function tests.per_layer_activations_follow_korthikanti_under_tp_and_sp()
+  -- Qwen2.5-7B: h = 3584, 28 heads, kv dim 512, intermediate I = 18944;
+  -- bf16, flash attention, b = 1, s = 2048. Korthikanti et al. 2022 split a
+  -- layer's activations into a part replicated on every tensor-parallel rank
+  -- (GPT: 10sbh, the layer-norm and linear inputs and dropout masks) and a
+  -- part split t ways (GPT: 24sbh + 5as^2b), and with sequence parallelism
+  -- everything is split: sbh(34 + 5as/h)/t.
+  local s, b, h, a, I, kv = 2048, 1, 3584, 28, 18944, 512
+  local sbh = s * b * h
+  -- replicated, written out for HF's RMSNorm: per norm an fp32 copy of the
+  -- input (4sbh), the bf16 normalized tensor the weight multiply saves
+  -- (2sbh), the fp32 1/rms per row (4sb), and the output the next linear
+  -- saves (2sbh); two norms. GPT's LayerNorm keeps 2sbh per norm, so this is
+  -- 6sbh + 8sb more than Korthikanti's 10sbh (and there is no dropout).
+  local R = 2 * (8 * sbh + 4 * s * b)
+  -- split: rotary q and k, v and the output flash attention saves, its fp32
+  -- log-sum-exp; SwiGLU's gate, activation, up and product (no as^2 term:
+  -- flash recomputes the attention core, as selective recompute does)
+  local Ssplit = 2 * s * b * (2 * h + 2 * kv) + 4 * b * a * s + 4 * 2 * s * b * I
+  local one = per_layer({ tp = 1 }, s, "flash")
+  T.eq(one, R + Ssplit)
+  T.eq(R - 10 * sbh, 6 * sbh + 8 * s * b)
+  -- tp = 2 without SP: the replicated part stays, the rest halves
+  T.eq(per_layer({ tp = 2 }, s, "flash"), R + Ssplit // 2)
+  -- with SP: everything divides by t (Korthikanti eq. 4)
+  T.eq(per_layer({ tp = 2, sequence_parallel = true }, s, "flash"), one // 2)
+  T.eq(per_layer({ tp = 4, sequence_parallel = true }, s, "flash"), one // 4)
+  -- no as^2 term with flash: doubling s doubles the layer's activations
+  T.eq(per_layer({ tp = 1 }, 2 * s, "flash"), 2 * one)
+end
+
+function tests.pipeline_roles_hold_the_1f1b_and_interleaved_in_flight_counts()
+  local run = normalize({ pp = 4, microbatches = 8 })
+  local r = par.roles(run.parallel, run)
+  T.eq(#r, 4)
+  T.eq({ r[1].inflight, r[2].inflight, r[3].inflight, r[4].inflight }, { 4, 3, 2, 1 })
+  T.eq({ r[1].first, r[4].last, r[1].layers }, { true, true, 7 })
+  -- Megatron interleaved, p = 2, v = 2: first stage (2-0-1)*2 + (2-1)*2 + 1 = 5
+  -- chunk-forwards, last 0 + 2 + 1 = 3
+  run = normalize({ pp = 2, pp_schedule = "interleaved", virtual_stages = 2, microbatches = 8 })
+  r = par.roles(run.parallel, run)
+  T.eq({ r[1].inflight, r[2].inflight, r[1].chunk_layers }, { 5, 3, 7 })
+end
+
+function tests.budget_has_one_entry_per_stage_and_the_largest_on_top()
+  local run = normalize({ dp = 2, tp = 2, pp = 2, sequence_parallel = true, zero = 1,
+    microbatches = 4 }, nil, { num_hidden_layers = 4 })
+  local b = par.budget(run, "h100-80gb")
+  T.eq(#b.per_rank, 2)
+  T.eq({ b.per_rank[1].ranks, b.per_rank[2].ranks }, { "0-3", "4-7" })
+  local big = math.max(b.per_rank[1].device_total_bytes, b.per_rank[2].device_total_bytes)
+  T.eq(b.device_total_bytes, big)
+  T.eq(b.layout.world, 8)
+  -- the first stage holds 2 micro-batches, so its activations exceed one's
+  T.eq(b.per_rank[1].inflight_microbatches, 2)
+  -- each stage's parameters on one tp rank: 2 layers (q, k, v columns and
+  -- their biases, o rows, SwiGLU split, both norms whole; 12/2 heads of 128,
+  -- 2/2 kv heads), the embedding first (vocab 151936 padded to a multiple of
+  -- 128 x 2 = 152064, half each), the final norm and the tied head's own
+  -- copy of the embedding last
+  local H, hd, I = 1536, 128, 8960
+  local layer = H * 6 * hd + 6 * hd + 2 * (H * hd + hd) + 6 * hd * H + 3 * H * I // 2 + 2 * H
+  local emb = 152064 // 2 * H
+  T.eq(b.per_rank[1].param_count, emb + 2 * layer)
+  T.eq(b.per_rank[2].param_count, emb + 2 * layer + H)
+  for _, e in ipairs(b.per_rank) do T.eq(e.host_bytes, 0) end
+end
+
+return tests
