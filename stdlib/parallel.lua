@@ -265,6 +265,7 @@ function M.local_run(run, L, role)
   if m.num_experts then t.num_experts = m.num_experts // L.ep end
   r.seq = run.seq // L.cp
   r.stage = { embed = role.first, head = role.last }
+  r.timeline = nil -- one timeline per role is not drawn yet
   local sharded = L.zero > 0 or (L.fsdp and L.fsdp ~= "no_shard")
   if sharded then
     -- the module computes in the compute dtype. DeepSpeed keeps fp32
