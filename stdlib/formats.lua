@@ -354,19 +354,24 @@ function M.finish(ctx)
   if ctx.world_size then par.world_size = ctx.world_size end
   local sharded = (par.zero or 0) > 0 or (par.fsdp and par.fsdp ~= "no_shard") or par.tp
     or par.pp or par.cp or par.ep or par.dp_shard or par.offload
-  if not sharded and (ctx.world_size or 1) > 1 then
-    ctx:warn(("DDP over %d GPUs: every rank holds the whole model, as priced here; DDP's "
-      .. "gradient buckets (a second copy of the gradients unless gradient_as_bucket_view) are "
-      .. "not included"):format(ctx.world_size))
-  elseif sharded then
+  local multi = sharded or (ctx.world_size or 1) > 1
+  -- training steps get per-rank budgets (stdlib/parallel.lua: DDP's buckets
+  -- included); other modes are priced on one GPU, with a warning
+  local per_rank = multi and (ctx.run.mode or "train") == "train"
+  if per_rank then
+    ctx:assume("parallel: per-rank budgets for " .. M.describe_parallel(par)
+      .. " (stdlib/parallel.lua)")
+  elseif multi then
     ctx:warn("parallel: per-rank sharding (" .. M.describe_parallel(par) .. ") is not modelled "
-      .. "yet; the figures below are ONE GPU holding the whole model, optimizer and "
+      .. "for this mode; the figures below are ONE GPU holding the whole model, optimizer and "
       .. "activations, not the per-rank budget")
   end
+  if not per_rank and ctx.zero_precision_note then ctx:assume(ctx.zero_precision_note) end
   local spec = { model = {}, run = ctx.run }
   if next(par) ~= nil then spec.parallel = par end
   if ctx.serve then spec.serve = ctx.serve end
-  return { ctx = ctx, format = ctx.format, spec = spec, model_ref = ctx.model_ref,
+  return { ctx = ctx, format = ctx.format, spec = spec, per_rank = per_rank,
+    model_ref = ctx.model_ref,
     model_key = ctx.model_key, not_understood = ctx.not_understood, warnings = ctx.warnings,
     assumptions = ctx.assumptions, world_size = ctx.world_size, ignored = ctx.ignored,
     file = ctx.file }
@@ -509,10 +514,11 @@ function M.notes(tr)
   return table.concat(out, "\n")
 end
 
--- The part of the spec stdlib/spec.lua reads today (model, run); parallel
--- and serve travel beside it.
+-- The part of the spec stdlib/spec.lua reads (model, run, and parallel
+-- where per-rank budgets apply); serve travels beside it.
 function M.run_spec(tr)
-  return { model = tr.spec.model, run = tr.spec.run }
+  return { model = tr.spec.model, run = tr.spec.run,
+    parallel = tr.per_rank and tr.spec.parallel or nil }
 end
 
 ---------------------------------------------------------------------------

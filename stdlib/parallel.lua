@@ -53,7 +53,16 @@ local KEYS = { dp = 1, tp = 1, pp = 1, cp = 1, ep = 1, sequence_parallel = 1, pp
   allgather_bucket_size = 1, overlap_comm = 1, contiguous_gradients = 1,
   stage3_prefetch_bucket_size = 1, stage3_max_live_parameters = 1,
   stage3_param_persistence_threshold = 1, sub_group_size = 1, reshard_after_forward = 1,
-  limit_all_gathers = 1 }
+  limit_all_gathers = 1, world_size = 1, buckets = 1, dp_replicate = 1, dp_shard = 1,
+  stage3_max_reuse_distance = 1 }
+
+-- DeepSpeed's sizes as a translated config groups them (stdlib/formats):
+-- `buckets: {name: elements}`, read as the flat keys of the same names but
+-- without the stage checks (a DeepSpeed config may carry sizes its stage
+-- does not use, and DeepSpeed ignores them too).
+local BUCKETS = { reduce_bucket_size = 1, allgather_bucket_size = 1,
+  stage3_prefetch_bucket_size = 1, stage3_param_persistence_threshold = 1,
+  stage3_max_live_parameters = 1, stage3_max_reuse_distance = 1, sub_group_size = 1 }
 
 local function one_of(rd, key, list, default)
   local v = rd:raw(key)
@@ -69,10 +78,42 @@ end
 function M.read(tbl, where, run)
   if tbl == nil then return nil end
   errors.keys(tbl, KEYS, where, "parallel.")
+  local lenient = {}
+  if tbl.buckets ~= nil then
+    errors.keys(tbl.buckets, BUCKETS, where, "parallel.buckets.")
+    local flat = {}
+    for k, v in pairs(tbl) do flat[k] = v end
+    flat.buckets = nil
+    for k, v in pairs(tbl.buckets) do
+      if flat[k] == nil then flat[k], lenient[k] = v, true end
+    end
+    tbl = flat
+  end
   local rd = cfgutil.reader(tbl, where, "parallel.")
   local D = M.DEFAULTS
+  local tp, pp, cp = rd:int("tp", 1), rd:int("pp", 1), rd:int("cp", 1)
+  -- dp: the data-parallel degree; or HSDP's dp_replicate x dp_shard; or
+  -- what world_size leaves after tp x pp x cp
+  local dp = rd:int("dp", nil, true)
+  local shard_size = rd:int("dp_shard", nil, true)
+  if shard_size or tbl.dp_replicate then
+    if dp then rd:fail("dp", "give dp or dp_replicate x dp_shard, not both") end
+    dp = rd:int("dp_replicate", 1) * (shard_size or 1)
+  end
+  local world = rd:int("world_size", nil, true)
+  if world then
+    if world % (tp * pp * cp) ~= 0 then
+      rd:fail("world_size", ("%d is not a multiple of tp x pp x cp (%d)"):format(world,
+        tp * pp * cp))
+    end
+    if dp and dp * tp * pp * cp ~= world then
+      rd:fail("world_size", ("%d differs from dp x tp x pp x cp (%d)"):format(world,
+        dp * tp * pp * cp))
+    end
+    dp = world // (tp * pp * cp)
+  end
   local L = {
-    dp = rd:int("dp", 1), tp = rd:int("tp", 1), pp = rd:int("pp", 1), cp = rd:int("cp", 1),
+    dp = dp or 1, tp = tp, pp = pp, cp = cp,
     ep = rd:int("ep", 1),
     sp = rd:bool("sequence_parallel", false),
     schedule = one_of(rd, "pp_schedule", M.SCHEDULES, "1f1b"),
@@ -105,13 +146,20 @@ function M.read(tbl, where, run)
     rd:fail("reshard_after_forward", "shard_grad_op keeps parameters unsharded after forward")
   end
   for _, k in ipairs({ "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
-    "contiguous_gradients" }) do
-    if tbl[k] ~= nil and L.zero == 0 then rd:fail(k, "is a DeepSpeed ZeRO knob: needs zero >= 1") end
+    "contiguous_gradients", "sub_group_size" }) do
+    if tbl[k] ~= nil and L.zero == 0 and not lenient[k] then
+      rd:fail(k, "is a DeepSpeed ZeRO knob: needs zero >= 1")
+    end
   end
   for _, k in ipairs({ "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
-    "stage3_param_persistence_threshold" }) do
-    if tbl[k] ~= nil and L.zero ~= 3 then rd:fail(k, "is a ZeRO-3 knob: needs zero: 3") end
+    "stage3_param_persistence_threshold", "stage3_max_reuse_distance" }) do
+    if tbl[k] ~= nil and L.zero ~= 3 and not lenient[k] then
+      rd:fail(k, "is a ZeRO-3 knob: needs zero: 3")
+    end
   end
+  -- parameters released and fetched again vs. kept for reuse: the steady
+  -- gathered window below does not depend on it
+  L.reuse_distance = rd:int("stage3_max_reuse_distance", nil, true, 0)
   if (tbl.bucket_cap_mb ~= nil or tbl.gradient_as_bucket_view ~= nil)
       and (L.zero > 0 or (L.fsdp and L.fsdp ~= "no_shard")) then
     rd:fail(tbl.bucket_cap_mb ~= nil and "bucket_cap_mb" or "gradient_as_bucket_view",
@@ -147,15 +195,15 @@ function M.read(tbl, where, run)
       ord:fail("optimizer", "FSDP offloads parameters and optimizer together: set both to cpu")
     end
   end
-  if L.offload.params ~= "none" and L.offload.optimizer == "none" then
-    ord:fail("params", "DeepSpeed offloads parameters only together with the optimizer")
-  end
   L.world = L.dp * L.tp * L.pp * L.cp
   if L.dp % L.ep ~= 0 then rd:fail("ep", ("must divide dp (%d), got %d"):format(L.dp, L.ep)) end
   -- ZeRO and FSDP shard over the data-parallel ranks (with cp, the same
   -- parameters live on dp*cp ranks); hybrid_shard within a node
   L.shard = L.dp * L.cp
-  if L.fsdp == "hybrid_shard" then
+  if shard_size then
+    if not L.fsdp then rd:fail("dp_shard", "needs fsdp (HSDP shards over dp_shard ranks)") end
+    L.shard = shard_size * L.cp
+  elseif L.fsdp == "hybrid_shard" then
     local per_node = math.max(1, L.gpus_per_node // (L.tp * L.pp))
     L.shard = math.min(L.shard, per_node)
     if (L.dp * L.cp) % L.shard ~= 0 then

@@ -118,7 +118,9 @@ function M.translate(c, doc)
     parallelism_config = function(cc, v, k)
       if type(v) ~= "table" then cc:unknown(k, v) return end
       cc:walk(v, {
-        parallelism_config_dp_replicate_size = function(c2, n, k2) c2.parallel.dp = c2:int(k2, n) end,
+        parallelism_config_dp_replicate_size = function(c2, n, k2)
+          c2.parallel.dp_replicate = c2:int(k2, n)
+        end,
         parallelism_config_dp_shard_size = function(c2, n, k2)
           c2.parallel.dp_shard = c2:int(k2, n)
         end,

@@ -100,7 +100,7 @@ local H = {
   max_packed_sequence_len = function(c, v, k) c.packed_len = c:int(k, v) end,
   batch_size = function(c, v, k) c.total_batch = c:int(k, v) end,
   dp_shard_size = function(c, v, k) c.parallel.dp_shard = c:int(k, v) end,
-  dp_replicate_size = function(c, v, k) c.parallel.dp = c:int(k, v) end,
+  dp_replicate_size = function(c, v, k) c.parallel.dp_replicate = c:int(k, v) end,
   expert_parallel_size = function(c, v, k) c.parallel.ep = c:int(k, v) end,
   qat = not_modelled("quantization-aware training (fake-quantized copies)"),
   model_config = not_modelled("overrides of the model's config.json"),

@@ -200,7 +200,9 @@ function M.read(c, ds, prefix, standalone)
     end
   end
   if c.parallel.zero and c.parallel.zero >= 1 and c.half then
-    c:assume("DeepSpeed keeps " .. c.half .. " weights and fp32 master copies in the optimizer; "
+    -- (stated only where the run is priced on one GPU: per-rank budgets
+    -- model DeepSpeed's 16-bit module and fp32 partitions themselves)
+    c.zero_precision_note = ("DeepSpeed keeps " .. c.half .. " weights and fp32 master copies in the optimizer; "
       .. "priced as fp32 weights under " .. c.half .. " autocast (2 bytes per parameter fewer "
       .. "than DeepSpeed, before sharding)")
   end

@@ -181,7 +181,7 @@ t "a misspelt parallel key is named"      1 "parallel.zer: unknown field; did yo
 F="$(dirname "$V")/../examples/formats"
 t "LLaMA-Factory YAML estimates"         0 "translated from llamafactory config" \
   '"$V" estimate "$F/llamafactory_qwen2_5_7b_lora_sft.yaml" --gpu h100'
-t "ZeRO-3 carries the sharding warning"  0 "per-rank sharding (zero=3) is not modelled" \
+t "ZeRO-3 gets per-rank budgets"         0 "== all ranks (ranks 0)" \
   '"$V" estimate "$F/llamafactory_llama3_full_dpo_ds3.yaml"'
 t "axolotl --explain prints a run spec"  0 "weights: nf4_dq" \
   '"$V" estimate "$F/axolotl_mistral_qlora.yml" --explain'

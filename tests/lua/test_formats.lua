@@ -62,7 +62,7 @@ return {
     T.eq(t.spec.parallel.buckets.stage3_prefetch_bucket_size, 4096 * 4096 * 9 // 10)
     T.eq(t.spec.parallel.buckets.stage3_param_persistence_threshold, 40960)
     T.eq(t.spec.parallel.buckets.stage3_max_live_parameters, 1000000000)
-    T.ok(has(t.warnings, "per-rank sharding"), "the unmodelled sharding is a labelled warning")
+    T.ok(has(t.assumptions, "per-rank budgets for zero=3"), "ZeRO-3 gets per-rank budgets")
     T.ok(has(t.warnings, "reference model"), "DPO's reference copy is a labelled warning")
     T.eq(#t.not_understood, 0)
   end,
@@ -156,7 +156,7 @@ return {
     T.eq(t.spec.run.precision, { master = "fp32", compute = "bf16" })
     T.eq(t.spec.run.batch, 1)
     T.eq(#t.not_understood, 0)
-    T.ok(has(t.warnings, "per-rank sharding"))
+    T.ok(has(t.assumptions, "per-rank budgets for world_size=4, fsdp=full_shard"))
   end,
   vllm_command_line = function()
     local t = tr("vllm_serve_qwen2_5_7b.sh")
@@ -215,7 +215,7 @@ return {
     local p = T.tmpfile("distributed_type: MULTI_GPU\nnum_processes: 4\nmixed_precision: bf16\n")
     local t = formats.translate(p, { format = "accelerate", seq = 256 })
     T.eq(t.world_size, 4)
-    T.ok(has(t.warnings, "DDP over 4 GPUs"), "DDP: the whole model per rank, buckets not priced")
+    T.ok(has(t.assumptions, "per-rank budgets for world_size=4"), "DDP: per-rank, buckets priced")
     T.ok(not has(t.warnings, "per-rank sharding"))
     local one = T.tmpfile("distributed_type: 'NO'\nnum_processes: 8\n")
     T.eq(formats.translate(one, { format = "accelerate", seq = 256 }).world_size, nil,
