@@ -233,7 +233,10 @@ function Ctx:deepspeed(key, v)
   if type(v) == "string" then
     local path, loaded = M.find_file(v, self.file)
     if not path then
-      self:fail(key, ("cannot find DeepSpeed config '%s' (looked at %s)"):format(v, loaded))
+      -- a missing file is said loudly, not fatal: the rest still prices
+      self:warn(("%s: cannot find DeepSpeed config '%s' (looked at %s); its ZeRO stage, "
+        .. "offload and precision are NOT priced"):format(key, v, loaded))
+      return
     end
     ds, where = loaded, path
   elseif type(v) ~= "table" then
@@ -379,7 +382,8 @@ end
 
 function M.describe_parallel(par)
   local out = {}
-  for _, k in ipairs({ "world_size", "dp", "tp", "pp", "zero", "fsdp", "offload" }) do
+  for _, k in ipairs({ "world_size", "dp", "dp_replicate", "dp_shard", "tp", "pp", "cp", "ep",
+    "zero", "fsdp", "offload" }) do
     if par[k] ~= nil then out[#out + 1] = k .. "=" .. show(par[k]) end
   end
   return table.concat(out, ", ")

@@ -51,10 +51,12 @@ function M.weights(t, tp, dt, quant)
   local function lin(i, o) return vram.bytes(lin_dt, i, o) end
   local function vec(n) return vram.bytes(dt, n) end
   local per = lin(H, heads_r * hd) + 2 * lin(H, kv_r * hd) + lin(heads_r * hd, H)
-    + 2 * lin(H, I_r) + lin(I_r, H) + 2 * vec(H)
+    + 2 * lin(H, I_r) + lin(I_r, H) + (t.norms == "sandwich" and 4 or 2) * vec(H)
   if t.qkv_bias then per = per + vec((heads_r + 2 * kv_r) * hd) end
   if t.o_bias then per = per + vec(H) end
-  if t.qk_norm then per = per + 2 * vec(hd) end
+  if t.qk_norm == "full" then per = per + vec((heads_r + kv_r) * hd)
+  elseif t.qk_norm then per = per + 2 * vec(hd) end
+  if t.sinks then per = per + vec(heads_r) end
   if t.mlp_bias then per = per + 2 * vec(I_r) + vec(H) end
   local vocab_pad = cdiv(t.vocab, 64 * tp) * 64 * tp
   local embed = vram.bytes(dt, vocab_pad // tp, H)
@@ -92,6 +94,14 @@ function M.estimate(s, run, cfg, gpu, where)
   local function assume(m) out.assumptions[#out.assumptions + 1] = m end
   local function warn(m) out.warnings[#out.warnings + 1] = m end
   if not gpu then errors.usage("a vLLM estimate needs --gpu NAME (vLLM sizes its KV cache to it)") end
+  -- the shapes M.weights and M.activations know; others are refused rather
+  -- than priced as a dense decoder
+  local unmodelled = (t.moe and "mixture-of-experts layers") or (t.mla and "multi-head latent "
+    .. "attention") or (t.factor and "factorized embeddings")
+  if unmodelled then
+    errors.input(where, "model", ("vLLM serving is priced for dense decoders so far; this %s "
+      .. "model has %s"):format(tostring(t.model_type), unmodelled))
+  end
   local tp = s.tensor_parallel_size or 1
   if t.heads % tp ~= 0 then
     errors.input(where, "tensor-parallel-size", ("%d does not divide the %d attention heads"):format(
@@ -161,8 +171,8 @@ function M.estimate(s, run, cfg, gpu, where)
     errors.input(where, "kv-cache-dtype", "unknown '" .. s.kv_cache_dtype .. "' (auto, fp8, "
       .. "fp8_e4m3, fp8_e5m2)")
   end
-  if (cfg.sliding_window or (cfg.text_config or {}).sliding_window) and not s.disable_sliding_window
-      and cfg.use_sliding_window ~= false then
+  if (t.sliding_window or cfg.sliding_window or (cfg.text_config or {}).sliding_window)
+      and not s.disable_sliding_window and cfg.use_sliding_window ~= false then
     warn("the model declares a sliding window: vLLM may keep only the window for those layers "
       .. "(SlidingWindowSpec); priced as full attention (fewer tokens than vLLM may report)")
   end

@@ -45,7 +45,6 @@ function M.fsdp_keys(c, tbl, prefix)
     end,
     version = function(cc, v, k) cc.parallel.fsdp_version = cc:int(k, v) end,
   }, FSDP_IGNORED, prefix)
-  if not c.parallel.fsdp then c.parallel.fsdp = "full_shard" end
 end
 
 local IGNORED = {}
@@ -129,6 +128,8 @@ function M.translate(c, doc)
       }, {}, k .. ".")
     end,
   }, IGNORED)
+  -- FSDP's default sharding strategy
+  if doc.distributed_type == "FSDP" and not c.parallel.fsdp then c.parallel.fsdp = "full_shard" end
   -- distributed_type NO launches one process whatever num_processes says
   if nproc and doc.distributed_type ~= "NO" then c.world_size = nproc end
   if nmach and nmach > 1 then c:assume("num_processes counts every process on all machines") end

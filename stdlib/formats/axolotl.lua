@@ -48,7 +48,10 @@ local H = {
     require("stdlib.formats.hf_trainer").HANDLERS.fsdp(c, v, k)
   end,
   fsdp_config = function(c, v, k)
-    if type(v) == "table" then require("stdlib.formats.accelerate").fsdp_keys(c, v, k .. ".") end
+    if type(v) ~= "table" then c:unknown(k, v) return end
+    require("stdlib.formats.accelerate").fsdp_keys(c, v, k .. ".")
+    -- axolotl turns FSDP on by fsdp_config alone; full sharding by default
+    if not c.parallel.fsdp then c.parallel.fsdp = "full_shard" end
   end,
   fsdp_version = function(c, v, k) c.parallel.fsdp_version = c:int(k, v) end,
   deepspeed = function(c, v, k) c:deepspeed(k, v) end,

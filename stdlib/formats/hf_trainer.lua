@@ -28,7 +28,16 @@ M.HANDLERS = {
     if s:find("offload", 1, true) then c.parallel.offload = { params = "cpu", optimizer = "cpu" } end
   end,
   fsdp_config = function(c, v, k)
-    if type(v) ~= "table" then return end
+    if type(v) == "string" then
+      local path, loaded = require("stdlib.formats").find_file(v, c.file)
+      if not path then
+        c:warn(("%s: cannot find '%s' (looked at %s); its FSDP options are NOT priced"):format(
+          k, v, loaded))
+        return
+      end
+      v = loaded
+    end
+    if type(v) ~= "table" then c:unknown(k, v) return end
     require("stdlib.formats.accelerate").fsdp_keys(c, v, k .. ".")
   end,
   torch_compile = function(c, v, k)
@@ -49,6 +58,16 @@ M.HANDLERS = {
     end
   end,
   model_name_or_path = function(c, v, k) c:model(v, k) end,
+  -- older spellings a TrainingArguments dump may still carry
+  per_gpu_train_batch_size = function(c, v, k) c.run.batch = c.run.batch or c:int(k, v) end,
+  adafactor = function(c, v, k) if c:bool(k, v) then c:optimizer(k, "adafactor") end end,
+  tp_size = function(c, v, k)
+    local n = c:int(k, v, 0)
+    if n > 1 then c.parallel.tp = n end
+  end,
+  parallelism_config = function(c, v, k)
+    if type(v) == "table" and next(v) ~= nil then c:unknown(k, v) end
+  end,
   torch_dtype = function(c, v, k) c.model_dtype = c:str(k, v) end,
   dtype = function(c, v, k) c.model_dtype = c:str(k, v) end,
   block_size = function(c, v, k) c.run.seq = c:int(k, v) end,
@@ -103,7 +122,12 @@ for k in ([[output_dir overwrite_output_dir do_train do_eval do_predict eval_str
   validation_split_percentage preprocessing_num_workers keep_linebreaks
   text_column summary_column pad_to_max_length max_source_length max_target_length
   use_auth_token model_type config_overrides train_sampling_strategy
-  project trackio_space_id chat_template_path]]):gmatch("%S+") do
+  project trackio_space_id chat_template_path _n_gpu fsdp_min_num_params
+  fsdp_transformer_layer_cls_to_wrap deepspeed_plugin torchdynamo use_mps_device no_cuda
+  use_ipex xpu_backend eval_use_gather_object liger_kernel_config push_to_hub_model_id
+  push_to_hub_organization push_to_hub_token per_gpu_eval_batch_size tpu_metrics_debug
+  sharded_ddp ddp_broadcast_buffers eval_do_concat_batches hub_private_repo
+  use_liger use_cache model_init_kwargs_disabled]]):gmatch("%S+") do
   M.IGNORED[k] = true
 end
 

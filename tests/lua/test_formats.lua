@@ -228,6 +228,25 @@ return {
     T.eq(t.spec.run.lora, { rank = 8, alpha = 16, targets = "all-linear" })
     T.ok(has(t.warnings, "finetuning_type oft: not modelled"))
   end,
+  a_missing_deepspeed_file_is_a_loud_warning_not_fatal = function()
+    if not T.tmpfile then return end
+    local p = T.tmpfile("stage: sft\nfinetuning_type: full\ndeepspeed: nowhere/ds_z3.json\n")
+    local t = formats.translate(p, { format = "llamafactory" })
+    T.ok(has(t.warnings, "cannot find DeepSpeed config 'nowhere/ds_z3.json'"))
+    T.ok(has(t.warnings, "NOT priced"))
+    T.eq(t.spec.parallel, nil)
+  end,
+  fsdp_config_alone_does_not_turn_fsdp_on_in_the_trainer = function()
+    if not T.tmpfile then return end
+    local p = T.tmpfile('{"per_device_train_batch_size": 1, "block_size": 64, '
+      .. '"fsdp_config": {"min_num_params": 0}}')
+    T.eq(formats.translate(p, { format = "hf" }).spec.parallel, nil)
+    local q = T.tmpfile('{"per_device_train_batch_size": 1, "block_size": 64, '
+      .. '"fsdp": "shard_grad_op auto_wrap", "fsdp_config": {"activation_checkpointing": true}}')
+    local t = formats.translate(q, { format = "hf" })
+    T.eq(t.spec.parallel.fsdp, "shard_grad_op")
+    T.eq(t.spec.run.grad_checkpointing, "full")
+  end,
   vllm_words_follow_the_shell = function()
     local vllm = require("stdlib.formats.vllm")
     T.eq(vllm.words("vllm serve m \\\n  --a 'x y' # note\n--b=\"z\""),

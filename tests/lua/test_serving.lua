@@ -71,6 +71,11 @@ return {
       r.hf_config, gpus.get("rtx4090"), "x")
     T.eq(e.fits, false)
   end,
+  a_mixture_of_experts_model_is_refused_not_priced_dense = function()
+    local r = run_of("qwen3_30b_a3b")
+    T.raises(function() serving.estimate({ max_model_len = 4096 }, r, r.hf_config,
+      gpus.get("h100"), "x") end, "priced for dense decoders so far")
+  end,
   a_serving_estimate_needs_a_gpu = function()
     local r = run_of("llama_3_8b")
     T.raises(function() serving.estimate({}, r, r.hf_config, nil, "x") end, "--gpu NAME")
