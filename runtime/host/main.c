@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <unistd.h>
 #include <lauxlib.h>
@@ -17,6 +18,17 @@
 #include "search.h"
 
 #define EXIT_USAGE 2
+
+/* The default budgets of a sandboxed run: a stranger's runaway script is
+ * stopped within about ten seconds and a few hundred MiB, while every
+ * built-in command and recipe stays inside them (README, "The sandbox", has
+ * the measured figures). Each message names the flag that raises its limit.
+ * --trust (your own scripts) has no default budgets; flags still apply. */
+#define DEFAULT_MAX_INSTRUCTIONS 1000000000
+#define DEFAULT_MAX_MEMORY_MIB 256
+#define DEFAULT_MAX_SECONDS 10
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static const char *progname = "vramlua";
 
@@ -40,9 +52,12 @@ static const char USAGE[] =
     "Options (before COMMAND):\n"
     "  --trust                    lift the sandbox for your own scripts\n"
     "  --debug                    a Lua traceback under an error's message\n"
-    "  --max-instructions N       instruction budget (default 20000000000)\n"
-    "  --max-memory MIB           Lua memory budget in MiB (default 4096)\n"
-    "  --max-seconds S            CPU-time budget of a sandboxed run (default 300)\n"
+    "  --max-instructions N       Lua instruction budget (default " STR(DEFAULT_MAX_INSTRUCTIONS) ")\n"
+    "  --max-memory MIB           memory budget, Lua and C, in MiB (default " STR(DEFAULT_MAX_MEMORY_MIB) ", 0: none)\n"
+    "  --max-seconds S            CPU-time budget in seconds (default " STR(DEFAULT_MAX_SECONDS) ")\n"
+    "                             (defaults for sandboxed runs; --trust: none unless given;\n"
+    "                             0: no limit)\n"
+    "  --stats                    print instructions, peak memory and CPU time used\n"
     "  --version                  print the version\n"
     "\n"
     "Scripts and modules are looked up as given, then in each directory of\n"
@@ -61,6 +76,8 @@ static int usage_error(const char *fmt, const char *arg) {
 /* --debug: a traceback under the message of an error that is not a
  * structured input error. Off by default: a user sees "file:line: message". */
 static bool show_traceback;
+/* --stats: what a run used, on stderr, to choose budgets from measurements */
+static bool show_stats;
 
 /* Message handler: runs while the failed call's frames still exist, so it
  * is the only place a traceback can be taken. It reads nothing of an error
@@ -112,8 +129,11 @@ static int describe(lua_State *L) {
 static int report(lua_State *L, int status, const vh_limits *lim) {
   if (status == LUA_OK) return 0;
   if (status == LUA_ERRMEM) {
-    fprintf(stderr, "%s: script exceeded %lld MiB of memory (raise with --max-memory)\n",
-            progname, (long long)(lim->max_memory >> 20));
+    if (lim->max_memory > 0)
+      fprintf(stderr, "%s: script exceeded %lld MiB of memory (raise with --max-memory)\n",
+              progname, (long long)(lim->max_memory >> 20));
+    else
+      fprintf(stderr, "%s: out of memory\n", progname);
     lua_pop(L, 1);
     return 1;
   }
@@ -132,6 +152,9 @@ static int report(lua_State *L, int status, const vh_limits *lim) {
             progname, why ? why : "reading it failed");
     lua_pop(L, 1);
   }
+  if (lim->memory_refused) /* a C allocation failed, or the script caught Lua's */
+    fprintf(stderr, "%s: (the memory budget of %lld MiB was reached; raise with --max-memory)\n",
+            progname, (long long)(lim->max_memory >> 20));
   return code;
 }
 
@@ -191,21 +214,39 @@ static int run_script(const char *path, int argc, char **argv, int script_at,
   int st = lua_pcall(L, 1, 0, 1);
   int code = report(L, st, lim);
   lua_close(L);
+  if (show_stats) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    double cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                 (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    fprintf(stderr,
+            "%s: stats: %lld instructions (counted every 10000), peak memory %lld bytes "
+            "(Lua and C), %.2f CPU seconds, max RSS %ld KiB\n",
+            progname, (long long)lim->instructions, (long long)lim->peak_memory, cpu,
+            ru.ru_maxrss);
+  }
   return code;
 }
 
 /* The instruction budget cannot interrupt a long C call (a backtracking
  * string.find, say); CPU time can. The handler only writes and exits, which
  * is async-signal-safe. */
+static char cpu_msg[160];
+static size_t cpu_msg_len;
+
 static void cpu_exceeded(int sig) {
-  static const char msg[] = "vramlua: script exceeded its CPU time (raise with --max-seconds)\n";
   (void)sig;
-  ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+  ssize_t w = write(STDERR_FILENO, cpu_msg, cpu_msg_len);
   (void)w;
   _exit(1);
 }
 
+/* ITIMER_PROF counts the process's CPU time, in Lua or in C alike. */
 static void cpu_limit(long long seconds) {
+  int n = snprintf(cpu_msg, sizeof cpu_msg,
+                   "%s: script exceeded its CPU time budget of %lld s (raise with --max-seconds)\n",
+                   progname, seconds);
+  cpu_msg_len = n > 0 && (size_t)n < sizeof cpu_msg ? (size_t)n : 0;
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = cpu_exceeded;
@@ -229,11 +270,11 @@ int main(int argc, char **argv) {
   vh_search search;
   vh_limits lim;
   memset(&lim, 0, sizeof lim);
-  lim.max_instructions = 20000000000LL;
-  lim.max_memory = 4096LL << 20;
+  lim.max_instructions = -1; /* -1: not given */
+  lim.max_memory = -1;
   lim.argc = argc;
   lim.argv = argv;
-  long long max_seconds = 300;
+  long long max_seconds = -1;
   vh_search_init(&search, argv[0]);
   lim.search = &search;
 
@@ -250,6 +291,8 @@ int main(int argc, char **argv) {
       return 0;
     } else if (strcmp(argv[i], "--debug") == 0) {
       show_traceback = true;
+    } else if (strcmp(argv[i], "--stats") == 0) {
+      show_stats = true;
     } else if (strcmp(argv[i], "--max-instructions") == 0) {
       if (parse_int_opt(argv[i], argv[i + 1], &v)) return EXIT_USAGE;
       lim.max_instructions = v;
@@ -268,7 +311,10 @@ int main(int argc, char **argv) {
     }
   }
   if (i >= argc) return usage_error("%s", "no command given");
-  if (!lim.trusted && max_seconds > 0) cpu_limit(max_seconds);
+  if (lim.max_instructions < 0) lim.max_instructions = lim.trusted ? 0 : DEFAULT_MAX_INSTRUCTIONS;
+  if (lim.max_memory < 0) lim.max_memory = lim.trusted ? 0 : (int64_t)DEFAULT_MAX_MEMORY_MIB << 20;
+  if (max_seconds < 0) max_seconds = lim.trusted ? 0 : DEFAULT_MAX_SECONDS;
+  if (max_seconds > 0) cpu_limit(max_seconds);
   if (lim.trusted) fprintf(stderr, "%s: --trust: sandbox lifted for this run\n", progname);
 
   const char *cmd = argv[i];

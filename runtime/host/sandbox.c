@@ -14,6 +14,8 @@
 #define LIMITS_KEY "vramlua.limits"
 #define HOOK_STRIDE 10000
 
+/* The state's allocator, which lua_getallocf hands to C code too (the tape
+ * allocates through it), so one budget and one count cover Lua and C. */
 static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   vh_limits *lim = (vh_limits *)ud;
   size_t old = ptr ? osize : 0;
@@ -23,10 +25,16 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     return NULL;
   }
   if (lim->max_memory > 0 && nsize > old &&
-      lim->used_memory + (int64_t)(nsize - old) > lim->max_memory)
+      (nsize - old > (size_t)lim->max_memory ||
+       lim->used_memory + (int64_t)(nsize - old) > lim->max_memory)) {
+    lim->memory_refused = true;
     return NULL; /* Lua raises "not enough memory"; the host names the budget */
+  }
   void *p = realloc(ptr, nsize);
-  if (p) lim->used_memory += (int64_t)nsize - (int64_t)old;
+  if (p) {
+    lim->used_memory += (int64_t)nsize - (int64_t)old;
+    if (lim->used_memory > lim->peak_memory) lim->peak_memory = lim->used_memory;
+  }
   return p;
 }
 

@@ -38,7 +38,10 @@ typedef struct {
   int64_t max_instructions;/* 0 = unlimited */
   int64_t max_memory;      /* bytes, 0 = unlimited */
   /* runtime bookkeeping */
-  int64_t used_memory;
+  int64_t used_memory;     /* bytes: Lua and the C allocations made through
+                              lua_getallocf (the tape), one count */
+  int64_t peak_memory;     /* the most used_memory reached */
+  bool memory_refused;     /* the budget refused an allocation */
   int64_t instructions;
   const vh_search *search;
   char script_dir[VH_PATH_MAX];
