@@ -5,8 +5,7 @@ local gpus = require("stdlib.gpus")
 
 local R = {}
 
-R.ORDER = { "weights", "master_weights", "gradients", "optimizer_state", "activations",
-  "logits_loss", "temporaries", "kv_cache", "inputs", "buffers", "overhead" }
+R.ORDER = vram.categories() -- the tape's categories, in report order
 
 -- Framework overheads outside the tensor allocator. Assumptions, printed.
 R.FRAMEWORK = {
@@ -26,7 +25,7 @@ function R.budget(st, run, gpu_name)
     phase_peaks = st.phase_peaks,
     param_count = st.param_count,
     trainable_param_count = st.trainable_count,
-    units = { GiB = 1 << 30, GB = 1000000000 },
+    units = { GiB = vram.units.GiB, GB = vram.units.GB },
   }
   for _, c in ipairs(R.ORDER) do
     local v = st.at_peak[c] or 0

@@ -21,11 +21,10 @@ function Sim.new(opts)
   }, Sim)
 end
 
--- A request of b bytes as the allocator hands it out.
+-- A request of b bytes as the allocator hands it out (the tape's rounding,
+-- checked: vram.round_up).
 function Sim:round_bytes(b)
-  local r = self.round
-  if r and b > 0 and b % r ~= 0 then b = b + r - b % r end
-  return b
+  return self.round and vram.round_up(b, self.round) or b
 end
 
 -- Bytes of n elements as the allocator hands them out.

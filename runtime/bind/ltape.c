@@ -27,6 +27,8 @@ static vr_tape *check(lua_State *L) {
 }
 
 static int fail(lua_State *L, const char *method, vr_status st) {
+  if (st == VR_ENOMEM) /* the tape allocates from the state's budget */
+    return luaL_error(L, "tape:%s: out of memory (the tape counts against --max-memory)", method);
   return luaL_error(L, "tape:%s: %s", method, vr_tape_error(st));
 }
 

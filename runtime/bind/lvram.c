@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../core/checked.h"
+#include "../core/tape.h"
 #include "../core/terms.h"
 #include "bind.h"
 
@@ -94,19 +95,43 @@ static int l_dtypes(lua_State *L) {
   return 2;
 }
 
-/* Units: GiB = 2^30, GB = 10^9, MiB = 2^20, MB = 10^6. Rounding is for
- * display only; the bytes stay exact integers. */
+/* Units, their one home: GiB = 2^30, GB = 10^9, MiB = 2^20, MB = 10^6,
+ * KiB = 2^10 bytes. Lua sees them as vram.units (exact integers); rounding
+ * is for display only, the bytes stay exact integers. */
 static const struct {
   const char *name;
-  double div;
-} UNITS[] = {{"GiB", 1073741824.0}, {"GB", 1e9}, {"MiB", 1048576.0},
-             {"MB", 1e6},           {"KiB", 1024.0}, {"B", 1.0}};
+  int64_t bytes;
+} UNITS[] = {{"GiB", INT64_C(1) << 30}, {"GB", 1000000000}, {"MiB", INT64_C(1) << 20},
+             {"MB", 1000000},           {"KiB", 1024},      {"B", 1}};
 
 static double unit_div(lua_State *L, int arg, const char *def) {
   const char *u = luaL_optstring(L, arg, def);
   for (size_t i = 0; i < sizeof UNITS / sizeof UNITS[0]; i++)
-    if (strcmp(UNITS[i].name, u) == 0) return UNITS[i].div;
+    if (strcmp(UNITS[i].name, u) == 0) return (double)UNITS[i].bytes;
   return (double)luaL_argerror(L, arg, "unit must be GiB, GB, MiB, MB, KiB or B");
+}
+
+/* vram.round_up(bytes, block) -> bytes as a multiple of block (block 0:
+ * unchanged): the tape's own block rounding, checked, for Lua callers that
+ * size tensors as the allocator hands them out. */
+static int l_round_up(lua_State *L) {
+  int64_t b = vb_checkint(L, 1, 0, "bytes"), to = vb_checkint(L, 2, 0, "block"), r = 0;
+  if (!vr_round_up(b, to, &r))
+    return luaL_error(L, "vram.round_up: %I bytes rounded up to a multiple of %I overflow int64",
+                      (lua_Integer)b, (lua_Integer)to);
+  lua_pushinteger(L, (lua_Integer)r);
+  return 1;
+}
+
+/* vram.categories() -> {"weights", "master_weights", ...}: the tape's
+ * categories in report order (a fresh list each call) */
+static int l_categories(lua_State *L) {
+  lua_createtable(L, VR_NCAT, 0);
+  for (int i = 0; i < VR_NCAT; i++) {
+    lua_pushstring(L, vr_cat_name(i));
+    lua_rawseti(L, -2, i + 1);
+  }
+  return 1;
 }
 
 /* vram.to(bytes, unit) -> float */
@@ -151,12 +176,20 @@ static const luaL_Reg vram_funcs[] = {{"bytes", l_bytes},
                                       {"to", l_to},
                                       {"fmt", l_fmt},
                                       {"require_version", l_require_version},
+                                      {"round_up", l_round_up},
+                                      {"categories", l_categories},
                                       {NULL, NULL}};
 
 int luaopen_vram(lua_State *L) {
   luaL_newlib(L, vram_funcs);
   lua_pushliteral(L, VRAM_VERSION);
   lua_setfield(L, -2, "version");
+  lua_createtable(L, 0, (int)(sizeof UNITS / sizeof UNITS[0]));
+  for (size_t i = 0; i < sizeof UNITS / sizeof UNITS[0]; i++) {
+    lua_pushinteger(L, (lua_Integer)UNITS[i].bytes);
+    lua_setfield(L, -2, UNITS[i].name);
+  }
+  lua_setfield(L, -2, "units");
   vb_open_terms(L);
   vb_open_tape(L);
   vb_open_trace(L);

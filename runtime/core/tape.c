@@ -8,8 +8,8 @@
 
 static const char *CAT_NAMES[VR_NCAT] = {
     "weights",     "master_weights", "gradients", "optimizer_state",
-    "activations", "logits_loss",    "temporaries", "inputs",
-    "kv_cache",    "buffers",        "overhead"};
+    "activations", "logits_loss",    "temporaries", "kv_cache",
+    "inputs",      "buffers",        "overhead"};
 
 const char *vr_cat_name(int cat) {
   return (cat >= 0 && cat < VR_NCAT) ? CAT_NAMES[cat] : "?";
@@ -492,23 +492,23 @@ vr_status vr_tape_bulk(vr_tape *t, int64_t per_iter, int64_t per_iter_reserved, 
     return VR_EOVERFLOW;
   for (int64_t i = 0; i < n; i++)
     if (!valid(t, edges[i].tensor) || edges[i].bytes < 0) return VR_EBADID;
-  /* From here on every failure goes through `out`, which frees the copy. */
+  /* room for the tensor, the node and the trace's op first: once the copy
+   * exists the only failure left is an overflow, through `out` */
+  if (!GROW(t, t->tensors, t->tensors.n + 1) || !GROW(t, t->nodes, t->nodes.n + 1) ||
+      (t->trace && !vr_mem_grow(&t->trace->mem, (void **)&t->trace->ops, &t->trace->cap,
+                                t->trace->n + 1, sizeof *t->trace->ops, 256)))
+    return VR_ENOMEM;
   copy = (vr_edge *)vr_mem_array(&t->mem, (size_t)(n > 0 ? n : 1), sizeof *copy);
-  if (!copy || !GROW(t, t->tensors, t->tensors.n + 1) || !GROW(t, t->nodes, t->nodes.n + 1)) {
-    st = VR_ENOMEM;
-    goto out;
-  }
+  if (!copy) return VR_ENOMEM;
   if (n > 0) memcpy(copy, edges, (size_t)n * sizeof *copy);
-  if (t->trace &&
-      !vr_trace_push(t->trace, (vr_op){VR_OP_BULK_FWD, VR_CAT_ACTIV, label, slot, iters,
-                                       t->marks - 2, 0, {0}})) {
-    st = VR_ENOMEM;
-    goto out;
-  }
   t->quiet = true;
   st = account_r(t, total, rtotal, VR_CAT_ACTIV, label);
   t->quiet = false;
   if (st) goto out;
+  /* cannot fail: reserved above */
+  if (t->trace)
+    vr_trace_push(t->trace, (vr_op){VR_OP_BULK_FWD, VR_CAT_ACTIV, label, slot, iters,
+                                    t->marks - 2, 0, {0}});
   /* cannot fail: room for the tensor and the node was reserved above */
   t->tensors.v[t->tensors.n++] = (tensor){total, -1, 1, 1, VR_CAT_ACTIV, 1, 0};
   bulk *b = &t->bulks[slot];

@@ -17,6 +17,8 @@
 
 #include "mem.h"
 
+/* Memory categories, in the order reports list them (vram.categories());
+ * their names (vr_cat_name) live in tape.c only. */
 typedef enum {
   VR_CAT_WEIGHTS,
   VR_CAT_MASTER,
@@ -25,8 +27,8 @@ typedef enum {
   VR_CAT_ACTIV,
   VR_CAT_LOGITS,
   VR_CAT_TEMP,
-  VR_CAT_INPUTS,
   VR_CAT_KV,
+  VR_CAT_INPUTS,
   VR_CAT_BUFFERS,
   VR_CAT_OVERHEAD,
   VR_NCAT

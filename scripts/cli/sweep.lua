@@ -1,6 +1,7 @@
 -- vramlua sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME] [--html FILE]
 local vram = require("vram")
 local errors = require("stdlib.errors")
+local spec = require("stdlib.spec")
 local compiled = require("stdlib.compiled")
 
 local HELP = [[
@@ -47,6 +48,22 @@ local gpu = gpu_name and require("stdlib.gpus").get(gpu_name, nil, "--gpu")
 local run = require("stdlib.formats").command_run(path, a, require("models.registry"), "# ")
 if not run then return end
 batches, seqs = batches or { run.batch }, seqs or { run.seq }
+-- every point within the spec's own size limits, checked before any line
+-- is printed (the compiled program would otherwise be asked for sizes the
+-- spec refuses)
+for _, b in ipairs(batches) do
+  for _, t in ipairs(seqs) do
+    for flag, v in pairs({ ["--batch"] = b, ["--seq"] = t }) do
+      local limit = spec.LIMITS[flag:sub(3)]
+      if v > limit then
+        errors.usage(("%s %d is too large: sizes stay within %d so that no product of them "
+          .. "can overflow int64"):format(flag, v, limit))
+      end
+    end
+    spec.check_sizes(setmetatable({ batch = b, seq = t }, { __index = run }),
+      ("%s at batch %d, seq %d"):format(path, b, t))
+  end
+end
 local est = compiled.compile(run, path)
 local fw = require("stdlib.report").FRAMEWORK[run.framework or "pytorch"] or {}
 local usable = gpu and (fw.prealloc and math.floor(gpu.bytes * fw.prealloc) or gpu.bytes)

@@ -546,4 +546,169 @@ function tests.a_closed_tape_should_refuse_methods()
   T.raises(function() outer:alloc(1, "weights") end, "tape is closed")
 end
 
+-- ------------------------------------------------------------ hostile lists (issue 10)
+
+-- A list whose __len closes the tape through a to-be-closed variable.
+local function closing_list(t, n, items)
+  return setmetatable(items or {}, { __len = function()
+    do local c <close> = t end
+    return n
+  end })
+end
+
+function tests.a_list_whose_length_closes_the_tape_should_give_tape_is_closed()
+  for _, call in ipairs({
+    function(t, id) t:node(closing_list(t, 0), {}, { id }) end,
+    function(t, id) t:node({ id }, {}, closing_list(t, 0)) end,
+    function(t, id) t:ckpt_begin() t:ckpt_end({ id }, closing_list(t, 0)) end,
+    function(t, id) t:bulk(16, 16, 1, closing_list(t, 2, { id, 8 }), 1) end,
+  }) do
+    local t = vram.tape()
+    local id = t:alloc(16, "activations")
+    T.raises(function() call(t, id) end, "tape is closed")
+    T.eq(tostring(t), "vram.tape (closed)")
+  end
+end
+
+function tests.list_lengths_outside_their_range_should_be_refused_with_the_length()
+  local t = vram.tape()
+  local id = t:alloc(16, "activations")
+  local function len(n) return setmetatable({}, { __len = function() return n end }) end
+  T.raises(function() t:node(len((1 << 32) - 2), {}, { id }) end,
+           "more than 64 saved tensors (length 4294967294)")
+  T.raises(function() t:node({}, len(-5), { id }) end, "gradient edges: length -5 is negative")
+  T.raises(function() t:node({}, {}, len(math.maxinteger)) end, "more than 64 outputs")
+  T.raises(function() t:bulk(16, 16, 2, len(math.mininteger), 1) end,
+           "gradient edge entries: length " .. math.mininteger .. " is negative")
+  T.raises(function() t:bulk(16, 16, 1 << 20, {}, 1 << 20) end, "more than 4194304 gradient edges")
+  T.raises(function() t:bulk(16, 16, 2, { id, 8 }, 1) end, "2 {param, bytes} pairs, got 2 entries")
+  T.eq(t:live(), 16) -- nothing of the refused calls reached the tape
+end
+
+function tests.lists_should_be_read_through_their_metamethods()
+  local t = vram.tape()
+  local x = t:alloc(100, "inputs")
+  local y = t:alloc(200, "activations")
+  local ids = { x }
+  local proxy = setmetatable({}, { __len = function() return #ids end,
+                                   __index = function(_, i) return ids[i] end })
+  t:node(proxy, { x, 100 }, { y }, 0, "op")
+  t:drop(x)
+  T.eq(t:live(), 300) -- x is held by the node it was saved for
+end
+
+function tests.bulk_should_work_without_its_optional_label()
+  local t = vram.tape()
+  local w = t:param(64, "weights")
+  T.eq(t:bulk(16, 512, 2, { w, 64, w, 64 }, 1), 0)
+  T.eq(t:bulk(16, 512, 1, { w, 64 }, 1, "named"), 1)
+  T.eq(t:live(), 64 + 2 * 16 + 16)
+end
+
+function tests.labels_and_phases_past_511_should_all_be_kept()
+  local t = vram.tape()
+  for i = 1, 3000 do t:alloc(1, "activations", "label" .. i) end
+  for i = 1, 200 do
+    t:phase("phase" .. i)
+    t:alloc(1, "activations")
+  end
+  local names = t:names()
+  T.eq(#names, 1 + 3000 + 200) -- "setup", the labels, the phases
+  T.eq(names[3001], "label3000")
+  local n = 0
+  local peaks = t:stats().phase_peaks
+  T.eq(peaks.setup, 3000)
+  for phase, peak in pairs(peaks) do
+    n = n + 1
+    if phase ~= "setup" then T.eq(peak, 3000 + tonumber(phase:match("%d+"))) end
+  end
+  T.eq(n, 1 + 200)
+end
+
+-- The seven probes of a one-tensor program: 4*B*T bytes of activations.
+local function tiny_program()
+  local probes = { { 1, 1 }, { 1, 2 }, { 1, 3 }, { 2, 1 }, { 2, 2 }, { 2, 3 }, { 3, 5 } }
+  local traces, names = {}, nil
+  for i, p in ipairs(probes) do
+    local t = vram.tape()
+    t:trace(p[1], p[2])
+    t:drop(t:alloc(p[1] * p[2] * 4, "activations", "x"))
+    traces[i] = t:take_trace()
+    names = t:names()
+  end
+  return traces, names
+end
+
+function tests.a_finalized_program_reached_through_a_weak_table_should_raise()
+  local traces, names = tiny_program()
+  local prog = assert(vram.fit_program(traces, names))
+  T.eq(prog:peak(4, 8), 4 * 4 * 8)
+  -- Lua clears a weak key whose finalizer ran only in the next cycle
+  local weak = setmetatable({}, { __mode = "k" })
+  weak[prog] = true
+  prog = nil
+  collectgarbage()
+  local seen = 0
+  for p in pairs(weak) do
+    seen = seen + 1
+    T.raises(function() p:peak(1, 1) end, "vram.program was finalized")
+    T.raises(function() p:eval(1, 1) end, "vram.program was finalized")
+  end
+  T.eq(seen, 1)
+end
+
+function tests.a_program_should_raise_when_its_bytes_overflow()
+  local traces, names = tiny_program()
+  local prog = assert(vram.fit_program(traces, names))
+  T.eq(prog:peak(1 << 20, 1 << 20), 4 << 40)
+  T.raises(function() prog:peak(1 << 31, 1 << 31) end, "sizes overflow int64 at batch 2147483648")
+  -- 4 * B * T with B * T = 2^62: the product fits, the bytes do not
+  T.raises(function() prog:peak(1 << 40, 1 << 22) end, "sizes overflow int64")
+end
+
+-- ------------------------------------------------------------ units and rounding (issue 11)
+
+function tests.units_should_be_exact_integers()
+  T.eq(vram.units.GiB, 1 << 30)
+  T.eq(vram.units.GB, 1000000000)
+  T.eq(vram.units.MiB, 1 << 20)
+  T.eq(vram.units.MB, 1000000)
+  T.eq(vram.units.KiB, 1024)
+  T.eq(vram.units.B, 1)
+  T.eq(math.type(vram.units.GiB), "integer")
+end
+
+function tests.categories_should_list_the_tapes_categories_in_order()
+  local cats = vram.categories()
+  T.eq(#cats, 11)
+  T.eq(cats[1], "weights")
+  T.eq(cats[#cats], "overhead")
+  local t = vram.tape()
+  for _, c in ipairs(cats) do t:alloc(1, c) end -- each is a category the tape knows
+  T.eq(t:live(), 11)
+  cats[1] = "changed"
+  T.eq(vram.categories()[1], "weights") -- a fresh list each call
+end
+
+function tests.round_up_should_round_to_the_block_and_refuse_overflow()
+  T.eq(vram.round_up(0, 512), 0)
+  T.eq(vram.round_up(1, 512), 512)
+  T.eq(vram.round_up(512, 512), 512)
+  T.eq(vram.round_up(513, 512), 1024)
+  T.eq(vram.round_up(513, 0), 513)
+  T.eq(vram.round_up(math.maxinteger - 511, 512), math.maxinteger - 511) -- a multiple of 512
+  T.raises(function() vram.round_up(math.maxinteger, 512) end, "vram.round_up")
+  T.raises(function() vram.round_up(-1, 512) end, "bytes must be >= 0")
+end
+
+function tests.reserved_rounding_should_overflow_as_an_error_not_a_zero_peak()
+  local t = vram.tape()
+  t:rounding(512, 10 << 20, 2 << 20)
+  T.raises(function() t:alloc(math.maxinteger, "activations") end, "overflow")
+  T.eq(t:live(), 0)
+  local s = t:stats()
+  T.eq(s.peak, 0)
+  T.eq(s.peak_reserved, 0)
+end
+
 return tests
