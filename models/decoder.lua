@@ -747,12 +747,12 @@ end
 function D.embed(S, P, rows)
   if P.recv then return S:view(P.recv) end -- a later pipeline stage's input
   if P.m.factor then
-    local small = layers.embedding(S, P.embed, rows, P.m.factor, "embed_tokens")
+    local small = layers.embedding(S, P.embed, rows, P.m.factor, "embed_tokens", P.m.tie)
     local out = layers.linear(S, small, P.embed_proj, rows)
     S:drop(small)
     return out
   end
-  local e = layers.embedding(S, P.embed, rows, P.m.hidden, "embed_tokens")
+  local e = layers.embedding(S, P.embed, rows, P.m.hidden, "embed_tokens", P.m.tie)
   if P.m.embed_scale then -- Gemma: embeddings * sqrt(hidden_size) in the model dtype
     local sc = S:op("embed_tokens.scale", e.n, e.dt, { e }, {}, { { e } })
     S:drop(e)

@@ -64,12 +64,24 @@ function M.normalize(case, where)
   return r
 end
 
--- Whether the family's model file exists yet.
+-- Whether the simulator models the case yet: the family's model file exists,
+-- the text model is one of the decoder's architectures (no MoE, Gemma-2 or
+-- mllama cross-attention layers yet) and the vision tower is SigLIP.
 function M.supported(case)
   local mod = FAMILIES[case.family]
-  if not mod then return false end
-  local ok = pcall(require, mod)
-  return ok
+  if not mod or not pcall(require, mod) then return false end
+  local cfg = case.config or {}
+  local text = case.family == "decoder" and cfg or cfg.text_config
+  if text then
+    local known = false
+    for _, mt in ipairs(decoder.families) do known = known or mt == (text.model_type or "llama") end
+    if not known or text.cross_attention_layers then return false end
+  end
+  local vision = case.family == "vit" and cfg or cfg.vision_config
+  if vision and (vision.model_type or "siglip_vision_model") ~= "siglip_vision_model" then
+    return false
+  end
+  return true
 end
 
 function M.simulate(case, where)
