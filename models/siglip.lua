@@ -125,8 +125,10 @@ function V.forward(S, P, pixels, batch, ckpt, attention, compose_ok)
   if S.autocast then S:drop(xin, w, b) end
   S:drop(px)
   local pos = layers.embedding(S, P.pos, m.patches, D, "vision.position_embedding")
-  local x = S:op("vision.embeddings_add", conv.n, conv.dt, { conv, pos }, {},
-    { { conv, alias = 1 }, { pos } })
+  -- under autocast the conv output is in the lower precision and the position
+  -- embedding (not an autocast op) in fp32: the sum is fp32
+  local x = S:op("vision.embeddings_add", conv.n, S.promote(conv.dt, pos.dt), { conv, pos }, {},
+    { { conv, alias = 1 }, { pos } }, layers.mixed_dtype_temp(S, conv.dt, pos.dt, conv.n))
   S:drop(conv, pos)
   local function one(i, h)
     local out

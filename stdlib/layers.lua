@@ -6,6 +6,16 @@ local L = {}
 local FP32 = "fp32"
 local matmul
 
+-- A binary elementwise op on operands of different float dtypes: torch's CPU
+-- TensorIterator first copies the narrower operand (n elements) into the
+-- common dtype, a temporary as long as the op runs (trace: aten::empty_strided
+-- under aten::add / aten::mul); CUDA kernels cast as they read.
+function L.mixed_dtype_temp(S, a_dt, b_dt, n)
+  if not S.cpu or a_dt == b_dt then return nil end
+  return S:bytes(S.promote(a_dt, b_dt), n)
+end
+local mixed = L.mixed_dtype_temp
+
 -- A linear layer's parameters; lora = {r=, scaling=} adds fp32 adapters.
 -- quant: {store = dtype, compute = dtype} keeps the weight in a packed
 -- format (QLoRA's nf4, NVFP4, fp8) that each matmul dequantizes into a
@@ -92,7 +102,7 @@ function L.linear(S, x, lin, rows)
   S:drop(bb)
   -- the fp32 adapter output promotes the sum to fp32 whatever the base dtype
   local sum = S:op(label .. ".lora_add", base.n, FP32, { base, scaled }, {},
-    { { base, alias = 1 }, { scaled, alias = 1 } })
+    { { base, alias = 1 }, { scaled, alias = 1 } }, mixed(S, base.dt, FP32, base.n))
   S:drop(base, scaled)
   local res = S:to(sum, x.dt, label .. ".lora_cast_back")
   S:drop(sum)
@@ -123,6 +133,8 @@ function L.rmsnorm(S, x, w, rows, label)
   local h3 = S:to(h2, x.dt, label .. ".to_dtype")
   S:drop(h2)
   local out = S:new_tensor(h3.n, S.promote(h3.dt, w.dt), label .. ".weight_mul", S:rg(w, h3))
+  local tmp = mixed(S, h3.dt, w.dt, h3.n)
+  if tmp then S:temp(tmp, label .. ".weight_mul_cast") end
   if out.rg then
     local saved = {}
     if h3.rg then saved[#saved + 1] = w end
@@ -172,13 +184,17 @@ function L.layernorm(S, x, w, b, rows, label)
     return out
   end
   local out = S:new_tensor(x.n, S.promote(x.dt, w.dt), label, S:rg(x, w, b))
+  -- torch 1.13's CPU kernel also allocates an input-sized buffer that it
+  -- frees before returning (trace: two aten::empty under native_layer_norm)
+  local scratch = S.cpu and x.b or 0
   if out.rg then
+    if scratch > 0 then S:temp(scratch + 2 * rows * 4, label .. ".cpu_scratch") end
     local mean = S:new_tensor(rows, FP32, label .. ".mean", false)
     local rstd = S:new_tensor(rows, FP32, label .. ".rstd", false)
     S:node(label, { x, mean, rstd, w }, { { x }, { w }, { b } }, { out })
     S:drop(mean, rstd)
   else
-    S:temp(2 * rows * 4, label)
+    S:temp(scratch + 2 * rows * 4, label)
   end
   return out
 end
@@ -186,12 +202,13 @@ end
 -- apply_rotary_pos_emb for one of q/k: (x*cos) + (rotate_half(x)*sin).
 function L.rope(S, x, cos, sin, label)
   local dt = S.promote(x.dt, cos.dt)
-  local a = S:op(label .. ".mul_cos", x.n, dt, { x }, { cos }, { { x } })
+  local a = S:op(label .. ".mul_cos", x.n, dt, { x }, { cos }, { { x } }, mixed(S, x.dt, cos.dt, x.n))
   -- rotate_half: cat(-x2, x1); -x2 is a half-size transient. Backward sends
   -- two zero-padded full-size slice gradients to x.
   local rot = S:op(label .. ".rotate_half", x.n, x.dt, { x }, {}, { { x }, { x } }, x.b // 2,
     x.b // 2)
-  local b = S:op(label .. ".mul_sin", x.n, dt, { rot }, { sin }, { { rot } })
+  local b = S:op(label .. ".mul_sin", x.n, dt, { rot }, { sin }, { { rot } },
+    mixed(S, rot.dt, sin.dt, x.n))
   S:drop(rot)
   local out = S:op(label .. ".add", x.n, dt, { a, b }, {},
     { { a, alias = 1 }, { b, alias = 1 } })
@@ -233,21 +250,21 @@ function L.eager_attention(S, q, k, v, mask, a, label)
     S:drop(c)
     return cc
   end
-  local k_op, v_op
+  -- repeat_kv's outputs (key_states, value_states) are locals of
+  -- eager_attention_forward and live to its end; matmul's autocast casts and
+  -- contiguous copies are its own temporaries (kept only when autograd saves
+  -- them), made when that matmul runs.
+  local kr, vr
+  local k_in, v_in, contig = k, v, a.k_contiguous
   if groups > 1 then -- repeat_kv: expand + reshape = a contiguous copy
-    local kr = S:op(label .. ".repeat_kv", B * H * Tk * D, k.dt, { k }, {}, { { k } })
-    local vr = S:op(label .. ".repeat_kv", B * H * Tk * Dv, v.dt, { v }, {}, { { v } })
-    k_op, v_op = operand(kr, true, "k"), operand(vr, true, "v")
-    S:drop(kr, vr)
-  else
-    k_op = operand(k, a.k_contiguous, "k")
-    v_op = operand(v, a.k_contiguous, "v")
+    kr = S:op(label .. ".repeat_kv", B * H * Tk * D, k.dt, { k }, {}, { { k } })
+    vr = S:op(label .. ".repeat_kv", B * H * Tk * Dv, v.dt, { v }, {}, { { v } })
+    k_in, v_in, contig = kr, vr, true
   end
+  local k_op = operand(k_in, contig, "k")
   local q_op = operand(q, a.q_contiguous, "q")
   local scores = bmm(S, q_op, k_op, B * H * Tq * Tk, label .. ".qk")
-  -- q's bmm copy is matmul's temporary; the repeated K (key_states) is a
-  -- local of eager_attention_forward and lives to its end
-  S:drop(q_op)
+  S:drop(q_op, k_op)
   local scaled = S:op(label .. ".scale", scores.n, scores.dt, { scores }, {}, { { scores } })
   S:drop(scores)
   if a.softcap then -- Gemma 2: scores / cap, tanh, * cap
@@ -255,7 +272,7 @@ function L.eager_attention(S, q, k, v, mask, a, label)
   end
   if mask then
     local masked = S:op(label .. ".mask", scaled.n, S.promote(scaled.dt, mask.dt), { scaled }, {},
-      { { scaled, alias = 1 } })
+      { { scaled, alias = 1 } }, mixed(S, scaled.dt, mask.dt, scaled.n))
     S:drop(scaled)
     scaled = masked
   end
@@ -275,8 +292,9 @@ function L.eager_attention(S, q, k, v, mask, a, label)
     local p = L.copy(S, { id = sm.id, n = B * H * Tq * Tk, dt = sm.dt,
       b = S:bytes(sm.dt, B * H * Tq * Tk), rg = sm.rg }, label .. ".drop_sink")
     S:drop(sm)
+    local v_op = operand(v_in, contig, "v")
     local out = bmm(S, p, v_op, B * H * Tq * Dv, label .. ".pv")
-    S:drop(v_op, k_op)
+    S:drop(v_op, kr, vr)
     local t = L.copy(S, out, label .. ".transpose_contiguous")
     S:drop(out)
     return t, p
@@ -290,8 +308,9 @@ function L.eager_attention(S, q, k, v, mask, a, label)
   local p = S:to(sm, q.dt, label .. ".softmax_cast")
   S:drop(sm, scaled)
   local p_op = operand(p, true, "p")
+  local v_op = operand(v_in, contig, "v")
   local out = bmm(S, p_op, v_op, B * H * Tq * Dv, label .. ".pv")
-  S:drop(p_op, v_op, k_op)
+  S:drop(p_op, v_op, kr, vr)
   local t = L.copy(S, out, label .. ".transpose_contiguous")
   S:drop(out)
   -- attn_weights go back to the layer, which binds them to `_` until it returns
@@ -347,7 +366,7 @@ end
 -- a + b: AddBackward hands the same gradient to both inputs.
 function L.add(S, a, b, label)
   return S:op(label, a.n, (a.dt == FP32 or b.dt == FP32) and FP32 or a.dt, { a, b }, {},
-    { { a, alias = 1 }, { b, alias = 1 } })
+    { { a, alias = 1 }, { b, alias = 1 } }, mixed(S, a.dt, b.dt, math.min(a.n, b.n)))
 end
 
 -- nn.Embedding: output rows*dim; the dense backward allocates a full-size
