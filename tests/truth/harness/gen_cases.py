@@ -102,7 +102,7 @@ def bounded(c, r, family):
     logits = tokens * t["vocab_size"] * 4 * (1 if r["optimizer"] == "none" else 3)
     attn = r["batch"] * t["num_attention_heads"] * seq * seq * 4 * (1 if r["optimizer"] == "none" else
                                                                     t["num_hidden_layers"] + 2)
-    return logits < 600e6 and attn < 600e6 and tokens <= 4096
+    return logits < 250e6 and attn < 250e6 and tokens <= 2048
 
 
 def random_case(rnd, i):

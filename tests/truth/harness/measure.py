@@ -54,6 +54,20 @@ def main():
     if a.missing:
         todo = [i for i in todo if i not in old or "error" in old[i]]
     t0, new, bad = time.time(), {}, 0
+
+    def save():
+        merged = dict(old, **new)
+        doc = {"meta": {"device": "cpu", "torch": next(
+                   (r["meta"]["torch"] for r in merged.values() if "meta" in r), None),
+                        "method": "allocator running total via torch.profiler(profile_memory=True); "
+                                  "tests/truth/README.md",
+                        "cases_file": os.path.basename(cases_path), "n_cases": len(cases)},
+               "results": [dict(c, measured=merged[c["id"]]) for c in cases if c["id"] in merged]}
+        with open(a.results, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        return doc
+
     with cf.ThreadPoolExecutor(a.jobs) as ex:
         futs = {ex.submit(measure_one, cases_path, i): i for i in todo}
         for fu in cf.as_completed(futs):
@@ -70,19 +84,12 @@ def main():
             else:
                 note = f"peak {res['peak_bytes']:,}"
             print(f"[{time.time() - t0:6.0f}s] {cid:44s} {wall:5.1f}s {note}", flush=True)
+            if not a.check:
+                save()  # an interrupted run keeps what it measured
     if a.check:
         print(f"check: {len(todo) - bad} same, {bad} different or failed")
         sys.exit(1 if bad else 0)
-    merged = dict(old, **new)
-    doc = {"meta": {"device": "cpu", "torch": new and next(
-               (r["meta"]["torch"] for r in new.values() if "meta" in r), None),
-                    "method": "allocator running total via torch.profiler(profile_memory=True); "
-                              "tests/truth/README.md",
-                    "cases_file": os.path.basename(cases_path), "n_cases": len(cases)},
-           "results": [dict(c, measured=merged[c["id"]]) for c in cases if c["id"] in merged]}
-    with open(a.results, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
+    doc = save()
     print(f"wrote {a.results}: {len(doc['results'])} cases, {bad} errors, {time.time() - t0:.0f}s")
     sys.exit(1 if bad else 0)
 
