@@ -19,8 +19,29 @@ local PROBES = { { 1, 1 }, { 1, 2 }, { 1, 3 }, { 2, 1 }, { 2, 2 }, { 2, 3 }, { 3
 local Est = {}
 Est.__index = Est
 
-function Est:peak(batch, seq) return self.prog:peak(batch, seq) end
-function Est:eval(batch, seq) return self.prog:eval(batch, seq) end
+-- At batch 1 or seq 1 matmul folds attention operands without copying
+-- (stdlib/layers.lua eager_attention): a different op structure, so those
+-- sizes are simulated rather than evaluated from the fit.
+local function direct(self, batch, seq)
+  local r = setmetatable({}, { __index = self.run })
+  for k, v in pairs(self.run) do r[k] = v end
+  r.batch, r.seq = batch, seq
+  return step.run(r)
+end
+
+function Est:peak(batch, seq)
+  if batch == 1 or seq == 1 then return direct(self, batch, seq).peak end
+  return self.prog:peak(batch, seq)
+end
+
+function Est:eval(batch, seq)
+  if batch == 1 or seq == 1 then
+    local st = direct(self, batch, seq)
+    return { peak = st.peak, peak_phase = st.peak_phase, peak_op = st.peak_op,
+      at_peak = st.at_peak }
+  end
+  return self.prog:eval(batch, seq)
+end
 
 function M.compile(run, where)
   local traces, names = {}, nil
@@ -28,6 +49,7 @@ function M.compile(run, where)
     local r = setmetatable({}, { __index = run })
     for k, v in pairs(run) do r[k] = v end
     r.batch, r.seq = p[1], p[2]
+    r.kernels_of = run.framework or "pytorch-cpu"
     r.framework = "pytorch-cpu" -- exact bytes: the block rounding is applied at eval
     r.trace = true
     local st = step.run(r)
@@ -36,7 +58,7 @@ function M.compile(run, where)
   local alloc = step.ALLOCATORS[run.framework or "pytorch-cpu"]
   local prog, why = vram.fit_program(traces, names, alloc and alloc.round or 0)
   if not prog then errors.input(where, "", "this run cannot be compiled: " .. why) end
-  return setmetatable({ prog = prog }, Est)
+  return setmetatable({ prog = prog, run = run }, Est)
 end
 
 return M

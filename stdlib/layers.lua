@@ -100,11 +100,15 @@ function L.linear(S, x, lin, rows)
   S:drop(a)
   local scaled = S:op(label .. ".lora_scale", bb.n, bb.dt, { bb }, {}, { { bb } })
   S:drop(bb)
-  -- the fp32 adapter output promotes the sum to fp32 whatever the base dtype
-  local sum = S:op(label .. ".lora_add", base.n, FP32, { base, scaled }, {},
-    { { base, alias = 1 }, { scaled, alias = 1 } }, mixed(S, base.dt, FP32, base.n))
+  -- an fp32 adapter output promotes a bf16 base to fp32; under autocast the
+  -- adapter's linears run in bf16 and the sum stays bf16. The sum is cast
+  -- back to the base result's dtype.
+  local sum_dt = S.promote(base.dt, scaled.dt)
+  local sum = S:op(label .. ".lora_add", base.n, sum_dt, { base, scaled }, {},
+    { { base, alias = 1 }, { scaled, alias = 1 } }, mixed(S, base.dt, scaled.dt, base.n))
+  local base_dt = base.dt
   S:drop(base, scaled)
-  local res = S:to(sum, x.dt, label .. ".lora_cast_back")
+  local res = S:to(sum, base_dt, label .. ".lora_cast_back")
   S:drop(sum)
   return res
 end
@@ -254,15 +258,44 @@ function L.eager_attention(S, q, k, v, mask, a, label)
   -- eager_attention_forward and live to its end; matmul's autocast casts and
   -- contiguous copies are its own temporaries (kept only when autograd saves
   -- them), made when that matmul runs.
+  -- matmul folds (B, H) into one batch dim and copies an operand only when
+  -- those two dims do not merge: a (B,T,H,D) layout seen as (B,H,T,D) merges
+  -- when B = 1 or T = 1; a stride-0 head expansion (repeat_kv of a single KV
+  -- head is a view) only when B = 1; a contiguous tensor always.
+  local function merges(layout, t)
+    if layout == "contiguous" then return true end
+    -- a compiled-estimate probe traces the general case (B > 1, T > 1);
+    -- stdlib/compiled.lua simulates batch 1 and seq 1 directly
+    if S.general_sizes then return false end
+    if layout == "broadcast" then return B == 1 end
+    return B == 1 or t == 1
+  end
   local kr, vr
-  local k_in, v_in, contig = k, v, a.k_contiguous
-  if groups > 1 then -- repeat_kv: expand + reshape = a contiguous copy
+  local k_in, v_in = k, v
+  local kv_layout = a.k_contiguous and "contiguous" or "bthd"
+  if groups > 1 and Hkv == 1 then -- expand + reshape of one head: a view
+    kr, vr = S:view(k), S:view(v)
+    k_in, v_in, kv_layout = kr, vr, "broadcast"
+  elseif groups > 1 then -- repeat_kv: expand + reshape = a contiguous copy
     kr = S:op(label .. ".repeat_kv", B * H * Tk * D, k.dt, { k }, {}, { { k } })
     vr = S:op(label .. ".repeat_kv", B * H * Tk * Dv, v.dt, { v }, {}, { { v } })
-    k_in, v_in, contig = kr, vr, true
+    k_in, v_in, kv_layout = kr, vr, "contiguous"
   end
-  local k_op = operand(k_in, contig, "k")
-  local q_op = operand(q, a.q_contiguous, "q")
+  local contig = merges(kv_layout, Tk)
+  -- an operand expanded from one head: a cast (autocast) or a copy
+  -- materialises all H heads, and its backward sums them back into x
+  local function expanded(x, what, dim)
+    if S.autocast and x.dt == FP32 then
+      return S:op(label .. "." .. what .. "_cast", B * H * Tk * dim, S.autocast, { x }, {}, { { x } })
+    end
+    if B == 1 then return S:view(x) end
+    return S:op(label .. "." .. what .. "_contiguous", B * H * Tk * dim, x.dt, { x }, {}, { { x } })
+  end
+  local function v_operand()
+    return kv_layout == "broadcast" and expanded(v, "v", Dv) or operand(v_in, contig, "v")
+  end
+  local k_op = kv_layout == "broadcast" and expanded(k, "k", D) or operand(k_in, contig, "k")
+  local q_op = operand(q, merges(a.q_contiguous and "contiguous" or "bthd", Tq), "q")
   local scores = bmm(S, q_op, k_op, B * H * Tq * Tk, label .. ".qk")
   S:drop(q_op, k_op)
   local scaled = S:op(label .. ".scale", scores.n, scores.dt, { scores }, {}, { { scores } })
@@ -292,7 +325,7 @@ function L.eager_attention(S, q, k, v, mask, a, label)
     local p = L.copy(S, { id = sm.id, n = B * H * Tq * Tk, dt = sm.dt,
       b = S:bytes(sm.dt, B * H * Tq * Tk), rg = sm.rg }, label .. ".drop_sink")
     S:drop(sm)
-    local v_op = operand(v_in, contig, "v")
+    local v_op = v_operand()
     local out = bmm(S, p, v_op, B * H * Tq * Dv, label .. ".pv")
     S:drop(v_op, kr, vr)
     local t = L.copy(S, out, label .. ".transpose_contiguous")
@@ -308,7 +341,7 @@ function L.eager_attention(S, q, k, v, mask, a, label)
   local p = S:to(sm, q.dt, label .. ".softmax_cast")
   S:drop(sm, scaled)
   local p_op = operand(p, true, "p")
-  local v_op = operand(v_in, contig, "v")
+  local v_op = v_operand()
   local out = bmm(S, p_op, v_op, B * H * Tq * Dv, label .. ".pv")
   S:drop(p_op, v_op, kr, vr)
   local t = L.copy(S, out, label .. ".transpose_contiguous")
@@ -365,8 +398,12 @@ end
 
 -- a + b: AddBackward hands the same gradient to both inputs.
 function L.add(S, a, b, label)
-  return S:op(label, a.n, (a.dt == FP32 or b.dt == FP32) and FP32 or a.dt, { a, b }, {},
-    { { a, alias = 1 }, { b, alias = 1 } }, mixed(S, a.dt, b.dt, math.min(a.n, b.n)))
+  local dt = S.promote(a.dt, b.dt)
+  -- an input of another dtype gets the gradient cast to its own dtype (a new
+  -- tensor); the others share the output's gradient
+  local function edge(x) return x.dt == dt and { x, alias = 1 } or { x } end
+  return S:op(label, a.n, dt, { a, b }, {}, { edge(a), edge(b) },
+    mixed(S, a.dt, b.dt, math.min(a.n, b.n)))
 end
 
 -- nn.Embedding: output rows*dim; the dense backward allocates a full-size

@@ -71,6 +71,15 @@ function O.step(S, params, opt)
       if prev then tape:drop(prev) end
       if prev_g then tape:drop(prev_g) end
     end
+  elseif name == "sgd" or name == "sgd_momentum" or name == "momentum" then
+    -- weight decay makes grad + wd * param a new tensor (torch.optim.SGD):
+    -- foreach, a list for every parameter (freed once the update is done or
+    -- the momentum buffers take its place); one parameter at a time otherwise
+    if wd ~= 0 and #params > 0 then
+      local big = 0
+      for _, p in ipairs(params) do if p.b > big then big = p.b end end
+      tape:temp(fe and total(params) or big, "temporaries", "optimizer.grad_wd")
+    end
   elseif name == "adafactor" or name == "lion" then
     -- one update-sized temporary per parameter
     local big = 0

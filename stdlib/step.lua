@@ -77,7 +77,10 @@ M.ALLOCATORS = {
 function M.new_sim(run)
   local alloc = M.ALLOCATORS[run.framework or "pytorch-cpu"]
   local S = Sim.new({ round = alloc and alloc.round })
-  S.cpu = (run.framework or "pytorch-cpu") == "pytorch-cpu" -- CPU kernels' own buffers
+  -- CPU kernels' own buffers follow the run's framework, also in a
+  -- compiled-estimate probe (which counts exact bytes as pytorch-cpu)
+  S.cpu = (run.kernels_of or run.framework or "pytorch-cpu") == "pytorch-cpu"
+  S.general_sizes = run.trace and true or nil
   if alloc then S.tape:rounding(alloc.round, alloc.small_max, alloc.large_round) end
   if run.trace then S.tape:trace(run.batch, run.seq) end -- a compiled-estimate probe
   if run.timeline then S.tape:timeline(true) end -- a report draws the step
