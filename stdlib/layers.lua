@@ -408,12 +408,14 @@ end
 
 -- nn.Embedding: output rows*dim; the dense backward allocates a full-size
 -- weight gradient. tied: the weight is also the output layer's, whose
--- gradient reached it first; autograd then sums the two out of place
--- (torch 1.13 CPU trace: aten::add under EmbeddingBackward0, in fp32, bf16
--- and autocast alike), a third weight-sized tensor at the end of backward.
--- The sum runs after the node has let go of its output's gradient.
+-- gradient reached it first; torch 1.13's engine sums the two out of place
+-- (trace: aten::add under EmbeddingBackward0, in fp32, bf16 and autocast
+-- alike), a third weight-sized tensor at the end of backward; torch >= 2.0
+-- adds in place. The sum runs after the node has let go of its output's
+-- gradient.
 function L.embedding(S, w, rows, dim, label, tied)
-  local sum = tied and w.rg and S.grad and w.b - S:bytes(w.dt, rows * dim) or nil
+  local sum = tied and S.sum_out_of_place and w.rg and S.grad
+    and w.b - S:bytes(w.dt, rows * dim) or nil
   return S:op(label, rows * dim, w.dt, { w }, {}, { { w } }, nil,
     sum and sum > 0 and sum or nil)
 end

@@ -81,6 +81,7 @@ function M.new_sim(run)
   -- compiled-estimate probe (which counts exact bytes as pytorch-cpu)
   S.cpu = (run.kernels_of or run.framework or "pytorch-cpu") == "pytorch-cpu"
   S.general_sizes = run.trace and true or nil
+  S.sum_out_of_place = run.grad_sum == "out_of_place" -- torch < 2.0 (stdlib/truth.lua)
   if alloc then S.tape:rounding(alloc.round, alloc.small_max, alloc.large_round) end
   if run.trace then S.tape:trace(run.batch, run.seq) end -- a compiled-estimate probe
   if run.timeline then S.tape:timeline(true) end -- a report draws the step

@@ -48,6 +48,10 @@ function M.normalize(case, where)
       weight_decay = run.weight_decay or (opt == "adamw" and 0.01 or 0),
       step_bytes = 4, -- Adam's step counter is a 4-byte tensor per parameter
     },
+    -- the cases were measured on torch 1.13, whose autograd engine sums a
+    -- second gradient for the same tensor out of place; torch >= 2.0 adds in
+    -- place when it holds the last reference
+    grad_sum = "out_of_place",
   }
   if run.lora then
     r.lora = { r = run.lora.r, alpha = run.lora.alpha, targets = run.lora.targets }
