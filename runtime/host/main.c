@@ -1,8 +1,10 @@
-/* vramlua: the command line. `run` executes a script; the other commands
- * are Lua scripts in scripts/cli/, so they change without recompiling. */
+/* vramlua: the command line. `run` executes a script; every other command
+ * is a Lua script scripts/cli/COMMAND.lua of the share directory, which
+ * also gives its help: adding a command needs no recompiling. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <signal.h>
+#include <dirent.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -32,44 +34,108 @@
 
 static const char *progname = "vramlua";
 
-static const char USAGE[] =
+static const char USAGE_HEAD[] =
     "usage: vramlua [options] COMMAND [args...]\n"
     "\n"
     "Commands:\n"
-    "  run SCRIPT [args...]       run a Lua budget script (sandboxed)\n"
-    "  estimate SPEC [--json|--markdown|--csv] [--gpu NAME] [--case ID]\n"
-    "                             peak memory of a run spec (YAML/JSON) or a truth case\n"
-    "  params CONFIG.json [--json]\n"
-    "                             exact parameter counts of a Hugging Face config\n"
-    "  models                     model families and presets\n"
-    "  fit SPEC --gpu NAME (--vary KNOB | --knobs)\n"
-    "                             the largest batch/seq/rank that fits, or knobs that do\n"
-    "  doctor SPEC --gpu NAME     accept or refuse a run on a device\n"
-    "  sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME]\n"
-    "                             peaks over batch x seq as CSV (compiled estimates)\n"
+    "  run SCRIPT [args...]       run a Lua budget script (sandboxed)\n";
+
+static const char USAGE_TAIL[] =
     "  help [COMMAND]             this text, or a command's own help\n"
     "\n"
     "Options (before COMMAND):\n"
     "  --trust                    lift the sandbox for your own scripts\n"
     "  --debug                    a Lua traceback under an error's message\n"
     "  --max-instructions N       Lua instruction budget (default " STR(DEFAULT_MAX_INSTRUCTIONS) ")\n"
-    "  --max-memory MIB           memory budget, Lua and C, in MiB (default " STR(DEFAULT_MAX_MEMORY_MIB) ", 0: none)\n"
+    "  --max-memory MIB           memory budget, Lua and C, in MiB (default " STR(DEFAULT_MAX_MEMORY_MIB) ")\n"
     "  --max-seconds S            CPU-time budget in seconds (default " STR(DEFAULT_MAX_SECONDS) ")\n"
-    "                             (defaults for sandboxed runs; --trust: none unless given;\n"
-    "                             0: no limit)\n"
+    "                             (defaults of a sandboxed run; --trust: none unless\n"
+    "                             given; 0: no limit)\n"
     "  --stats                    print instructions, peak memory and CPU time used\n"
     "  --version                  print the version\n"
     "\n"
     "Scripts and modules are looked up as given, then in each directory of\n"
     "VRAMLUA_PATH, then in the share directory (ROOT/NAME, ROOT/scripts/NAME).\n";
 
-static const char *const LUA_COMMANDS[] = {"estimate", "params", "models", "fit", "doctor",
-                                           "sweep",    NULL};
+static const vh_search *search_dirs; /* for the command list */
+
+/* The other commands are the scripts SHARE/scripts/cli/NAME.lua of the share
+ * directory (never the working directory or VRAMLUA_PATH, so a folder a
+ * stranger sent cannot stand in for one). A script's first two lines give
+ * the list its synopsis and summary:
+ *     -- vramlua NAME ARGS...
+ *     -- what it does
+ * and `vramlua help NAME` runs it with --help. */
+static bool command_path(const char *name, char *out, size_t outsz) {
+  if (!name[0]) return false;
+  for (const char *c = name; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_' || *c == '-'))
+      return false;
+  int n = snprintf(out, outsz, "%s/scripts/cli/%s.lua", search_dirs->share, name);
+  return n > 0 && (size_t)n < outsz && vh_is_file(out);
+}
+
+/* One header line of a command script, its "-- " (and "vramlua ") prefix
+ * removed; "" when the line is not such a comment. */
+static void header_line(FILE *f, const char *prefix, char *out, size_t outsz) {
+  char line[512];
+  out[0] = '\0';
+  if (!fgets(line, sizeof line, f)) return;
+  line[strcspn(line, "\r\n")] = '\0';
+  size_t n = strlen(prefix);
+  if (strncmp(line, prefix, n) == 0) snprintf(out, outsz, "%s", line + n);
+}
+
+static int cmp_names(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void print_commands(FILE *out) {
+  char dir[VH_PATH_MAX + 16];
+  snprintf(dir, sizeof dir, "%s/scripts/cli", search_dirs->share);
+  DIR *d = opendir(dir);
+  char *names[128];
+  int n = 0;
+  for (struct dirent *e; d && (e = readdir(d)) && n < 128;) {
+    size_t len = strlen(e->d_name);
+    if (len > 4 && strcmp(e->d_name + len - 4, ".lua") == 0 && (names[n] = strdup(e->d_name)))
+      names[n++][len - 4] = '\0';
+  }
+  if (d) closedir(d);
+  qsort(names, (size_t)n, sizeof *names, cmp_names);
+  for (int k = 0; k < n; k++) {
+    char path[VH_PATH_MAX + 64], syn[256], sum[256];
+    const char *why = NULL;
+    int fd = command_path(names[k], path, sizeof path) ? vb_open_regular(path, &why) : -1;
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (f) {
+      header_line(f, "-- vramlua ", syn, sizeof syn);
+      header_line(f, "-- ", sum, sizeof sum);
+      fclose(f);
+    } else {
+      if (fd >= 0) close(fd);
+      syn[0] = sum[0] = '\0';
+    }
+    if (!syn[0]) snprintf(syn, sizeof syn, "%s", names[k]);
+    if (strlen(syn) <= 26)
+      fprintf(out, "  %-26s %s\n", syn, sum);
+    else
+      fprintf(out, "  %s\n  %-26s %s\n", syn, "", sum);
+    free(names[k]);
+  }
+}
+
+static void print_usage(FILE *out) {
+  fputs(USAGE_HEAD, out);
+  print_commands(out);
+  fputs(USAGE_TAIL, out);
+}
 
 static int usage_error(const char *fmt, const char *arg) {
   fprintf(stderr, "%s: ", progname);
   fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n\n%s", USAGE);
+  fputs("\n\n", stderr);
+  print_usage(stderr);
   return EXIT_USAGE;
 }
 
@@ -277,6 +343,7 @@ int main(int argc, char **argv) {
   long long max_seconds = -1;
   vh_search_init(&search, argv[0]);
   lim.search = &search;
+  search_dirs = &search;
 
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; i++) {
@@ -287,7 +354,7 @@ int main(int argc, char **argv) {
       printf("vramlua %s (Lua %s.%s)\n", VRAM_VERSION, LUA_VERSION_MAJOR, LUA_VERSION_MINOR);
       return 0;
     } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      fputs(USAGE, stdout);
+      print_usage(stdout);
       return 0;
     } else if (strcmp(argv[i], "--debug") == 0) {
       show_traceback = true;
@@ -321,7 +388,7 @@ int main(int argc, char **argv) {
   char path[VH_PATH_MAX];
   if (strcmp(cmd, "help") == 0) {
     if (i + 1 >= argc) {
-      fputs(USAGE, stdout);
+      print_usage(stdout);
       return 0;
     }
     cmd = argv[i + 1];
@@ -330,16 +397,9 @@ int main(int argc, char **argv) {
            "Arguments reach it as `...` and `arg`.");
       return 0;
     }
-    for (int k = 0; LUA_COMMANDS[k]; k++)
-      if (strcmp(cmd, LUA_COMMANDS[k]) == 0) {
-        char rel[256];
-        snprintf(rel, sizeof rel, "cli/%s.lua", cmd);
-        if (!vh_find_script(&search, rel, path, sizeof path))
-          return usage_error("command '%s' is not installed", cmd);
-        char *hargv[] = {argv[0], path, (char *)"--help"};
-        return run_script(path, 3, hargv, 1, &lim);
-      }
-    return usage_error("unknown command '%s'", cmd);
+    if (!command_path(cmd, path, sizeof path)) return usage_error("unknown command '%s'", cmd);
+    char *hargv[] = {argv[0], path, (char *)"--help"};
+    return run_script(path, 3, hargv, 1, &lim);
   }
   if (strcmp(cmd, "run") == 0) {
     if (i + 1 >= argc) return usage_error("%s", "run needs a SCRIPT");
@@ -350,13 +410,6 @@ int main(int argc, char **argv) {
     }
     return run_script(path, argc, argv, i + 1, &lim);
   }
-  for (int k = 0; LUA_COMMANDS[k]; k++)
-    if (strcmp(cmd, LUA_COMMANDS[k]) == 0) {
-      char rel[256];
-      snprintf(rel, sizeof rel, "cli/%s.lua", cmd);
-      if (!vh_find_script(&search, rel, path, sizeof path))
-        return usage_error("command '%s' is not installed", cmd);
-      return run_script(path, argc, argv, i, &lim);
-    }
-  return usage_error("unknown command '%s'", cmd);
+  if (!command_path(cmd, path, sizeof path)) return usage_error("unknown command '%s'", cmd);
+  return run_script(path, argc, argv, i, &lim);
 }

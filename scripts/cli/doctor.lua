@@ -1,4 +1,5 @@
 -- vramlua doctor SPEC --gpu NAME [--force]
+-- accept or refuse a run on a device
 local errors = require("stdlib.errors")
 local gpus = require("stdlib.gpus")
 local fit = require("stdlib.fit")

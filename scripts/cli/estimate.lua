@@ -1,4 +1,5 @@
 -- vramlua estimate SPEC [--json|--markdown|--csv] [--gpu NAME] [--case ID] [--html FILE]
+-- peak memory of a run spec (YAML/JSON), another tool's config or a truth case
 local errors = require("stdlib.errors")
 local spec = require("stdlib.spec")
 local step = require("stdlib.step")

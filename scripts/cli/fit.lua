@@ -1,4 +1,5 @@
 -- vramlua fit SPEC --gpu NAME (--vary KNOB [--margin P%] | --knobs)
+-- the largest batch/seq/rank that fits a device, or knobs that do
 local vram = require("vram")
 local errors = require("stdlib.errors")
 local gpus = require("stdlib.gpus")

@@ -1,5 +1,5 @@
--- vramlua models [--json]: the model families and the presets in
--- examples/configs/ with their exact parameter counts.
+-- vramlua models [--json]
+-- the model families, and the presets in examples/configs/ with their exact parameter counts
 local vram = require("vram")
 local errors = require("stdlib.errors")
 local registry = require("models.registry")

@@ -1,4 +1,5 @@
 -- vramlua params CONFIG.json [--json] [--freeze TOWER[,TOWER]]
+-- exact parameter counts of a Hugging Face config
 local vram = require("vram")
 local errors = require("stdlib.errors")
 local spec = require("stdlib.spec")

@@ -1,4 +1,5 @@
 -- vramlua sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME] [--html FILE]
+-- peaks over batch x seq as CSV (compiled estimates)
 local vram = require("vram")
 local errors = require("stdlib.errors")
 local spec = require("stdlib.spec")

@@ -130,6 +130,18 @@ t "module names cannot climb"            0 "not found"              '"$V" run mo
 t "help lists commands"                  0 "Commands:"              '"$V" help'
 t "help run"                             0 "usage: vramlua run SCRIPT" '"$V" help run'
 t "help of an unknown command"           2 "unknown command"        '"$V" help frobnicate'
+t "a command name cannot be a path"      2 "unknown command '../cli/estimate'" '"$V" ../cli/estimate'
+# every scripts/cli/NAME.lua is a command: listed by `help` with the
+# synopsis and summary of its first two lines, and `help NAME` is its --help
+for f in "$(dirname "${BASH_SOURCE[0]}")"/../../scripts/cli/*.lua; do
+  name=$(basename "$f" .lua)
+  syn=$(sed -n '1s/^-- vramlua //p' "$f")
+  sum=$(sed -n '2s/^-- //p' "$f")
+  t "cli/$name.lua starts with its synopsis and summary" 0 "$name" 'test -n "$sum" && echo "$syn"'
+  t "help lists $name"                   0 "  $syn"                 '"$V" help'
+  t "help lists what $name does"         0 "$sum"                   '"$V" help'
+  t "help $name runs its --help"         0 "usage: vramlua $name"   '"$V" help "$name"'
+done
 
 # ---------------------------------------------------------------- commands
 printf 'model: { preset: qwen2_5_1_5b_instruct }\nrun: { batch: 1, seq: 64 }\n' >"$D/spec.yaml"
