@@ -98,6 +98,7 @@ function M.estimate(s, run, cfg, gpu, where)
   -- than priced as a dense decoder
   local unmodelled = (t.moe and "mixture-of-experts layers") or (t.mla and "multi-head latent "
     .. "attention") or (t.factor and "factorized embeddings")
+    or ((run.vlm or run.vision) and "a vision tower (its weights and encoder profile)")
   if unmodelled then
     errors.input(where, "model", ("vLLM serving is priced for dense decoders so far; this %s "
       .. "model has %s"):format(tostring(t.model_type), unmodelled))

@@ -59,6 +59,10 @@ H.fp8_backend = function() end
 H.fp8_enable_fsdp_float8_all_gather = function() end
 H.use_kt = not_modelled("KTransformers offloading")
 H.enable_liger_kernel_ = nil
+H.infer_backend = function(c, v, k) c.infer_backend = c:str(k, v) end
+H.vllm_maxlen = function(c, v, k) c.vllm_maxlen = c:int(k, v) end
+H.vllm_gpu_util = function(c, v, k) c.vllm_util = c:num(k, v) end
+H.vllm_enforce_eager = function(c, v, k) c.vllm_eager = c:bool(k, v) end
 H.upcast_layernorm = not_modelled("fp32 layer norms")
 H.upcast_lmhead_output = not_modelled("an fp32 LM-head output")
 
@@ -70,7 +74,7 @@ for k in ([[template dataset dataset_dir eval_dataset media_dir image_dir train_
   pissa_iter pissa_convert create_new_adapter adapter_name_or_path adapter_folder
   hf_hub_token ms_hub_token om_hub_token print_param_status export_dir export_size
   export_device export_quantization_bit export_quantization_dataset export_legacy_format
-  export_hub_model_id infer_backend infer_dtype vllm_maxlen vllm_gpu_util vllm_enforce_eager
+  export_hub_model_id infer_dtype
   vllm_max_lora_rank vllm_config do_sample temperature top_p top_k num_beams length_penalty
   repetition_penalty default_system skip_special_tokens enable_thinking pref_beta pref_ftx
   dpo_label_smoothing simpo_gamma kto_chosen_weight kto_rejected_weight ppo_buffer_size
@@ -96,9 +100,32 @@ for k in ([[template dataset dataset_dir eval_dataset media_dir image_dir train_
   IGNORED[k] = true
 end
 
+-- `llamafactory-cli chat|api|webchat FILE`: an inference config (a backend,
+-- no stage). vLLM's engine takes vllm_maxlen (4096), vllm_gpu_util (0.7) and
+-- vllm_enforce_eager from LLaMA-Factory's model arguments.
+local function inference(c)
+  local run = c.run
+  run.mode, run.batch, run.grad_accum = "inference", 1, nil
+  if c.infer_backend == "vllm" then
+    run.seq = 1
+    c.serve = { engine = "vllm", max_model_len = c.vllm_maxlen or 4096,
+      gpu_memory_utilization = c.vllm_util or 0.7, enforce_eager = c.vllm_eager or nil }
+    if not c.vllm_maxlen then c:assume("vllm_maxlen: 4096 (LLaMA-Factory's default)") end
+    if not c.vllm_util then c:assume("vllm_gpu_util: 0.7 (LLaMA-Factory's default)") end
+  else
+    run.mode, run.seq = "generate", run.seq or 1024
+    run.generate_tokens = c.max_new_tokens or 1024
+    c:assume(("%s backend: one prompt of %d tokens generating %d"):format(
+      c.infer_backend, run.seq, run.generate_tokens))
+  end
+end
+
 function M.translate(c, doc)
   c:walk(doc, H, IGNORED)
   local run = c.run
+  if c.infer_backend and doc.stage == nil and doc.do_train == nil then
+    return inference(c)
+  end
   local stage = c.stage or "sft"
   local ftype = c.ftype or "lora"
   if doc.finetuning_type == nil then c:assume("finetuning_type: lora (LLaMA-Factory's default)") end

@@ -49,14 +49,16 @@ local SWITCHES = { ["enforce-eager"] = true, ["trust-remote-code"] = true,
 -- the model (first word after `serve`, or --model).
 function M.parse_command(words, c)
   local args, i, model = {}, 1, nil
-  -- skip environment assignments and the launcher up to `serve` / the module
-  while i <= #words do
-    local w = words[i]
-    if w == "serve" then i = i + 1 break end
-    if w:match("api_server$") or w:match("^%-%-") then break end
-    i = i + 1
+  -- skip environment assignments and the launcher up to `serve`, the
+  -- module, or the image of `docker run ... vllm/vllm-openai[:tag]`
+  local start
+  for j, w in ipairs(words) do
+    if w == "serve" or w:match("api_server$") or w:match("vllm%-openai") then start = j + 1 break end
   end
-  if i > #words then i = 1 end
+  if not start then
+    for j, w in ipairs(words) do if w:match("^%-%-") then start = j break end end
+  end
+  i = start or 1
   while i <= #words do
     local w = words[i]
     local key, val = w:match("^%-%-([%w%-_.]+)=(.*)$")
@@ -72,7 +74,7 @@ function M.parse_command(words, c)
         end
       end
       args[key] = val
-    elseif w:match("^%-%w$") then
+    elseif w:match("^%-%a[%w]*$") then
       -- short options (-tp 2, -O3): keep as themselves
       local nxt = words[i + 1]
       if nxt and not nxt:match("^%-") then args[w] = nxt i = i + 1 else args[w] = true end
@@ -185,15 +187,28 @@ function M.read(c, args)
   return s
 end
 
+local function dashed(doc)
+  local args = {}
+  for k, v in pairs(doc) do args[type(k) == "string" and k:gsub("_", "-") or k] = v end
+  return args
+end
+
 function M.translate(c, doc, text)
   local args
   if type(doc) == "table" then
-    args = {}
-    for k, v in pairs(doc) do
-      args[type(k) == "string" and k:gsub("_", "-") or k] = v
-    end
+    args = dashed(doc)
   else
     args = M.parse_command(M.words(text or ""), c)
+    -- `vllm serve --config FILE`: the file's arguments, the command line's win
+    if type(args.config) == "string" then
+      local path, loaded = require("stdlib.formats").find_file(args.config, c.file)
+      if path and type(loaded) == "table" then
+        for k, v in pairs(dashed(loaded)) do if args[k] == nil then args[k] = v end end
+      else
+        c:warn(("--config: cannot read '%s' (looked at %s); its arguments are NOT "
+          .. "priced"):format(args.config, tostring(loaded)))
+      end
+    end
   end
   M.read(c, args)
   c.run.mode = "inference"

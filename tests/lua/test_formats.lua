@@ -247,10 +247,25 @@ return {
     T.eq(t.spec.parallel.fsdp, "shard_grad_op")
     T.eq(t.spec.run.grad_checkpointing, "full")
   end,
+  llamafactory_inference_configs_serve_or_generate = function()
+    if not T.tmpfile then return end
+    local p = T.tmpfile("model_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\n"
+      .. "template: llama3\ninfer_backend: vllm\nvllm_maxlen: 8192\n")
+    local t = formats.translate(p, { format = "llamafactory" })
+    T.eq(t.spec.serve, { engine = "vllm", max_model_len = 8192, gpu_memory_utilization = 0.7 })
+    T.eq(t.spec.run.mode, "inference")
+    local q = T.tmpfile("model_name_or_path: x\ntemplate: llama3\ninfer_backend: huggingface\n"
+      .. "max_new_tokens: 256\ncutoff_len: 512\n")
+    local r = formats.translate(q, { format = "llamafactory" }).spec.run
+    T.eq({ r.mode, r.seq, r.generate_tokens, r.batch }, { "generate", 512, 256, 1 })
+  end,
   vllm_words_follow_the_shell = function()
     local vllm = require("stdlib.formats.vllm")
     T.eq(vllm.words("vllm serve m \\\n  --a 'x y' # note\n--b=\"z\""),
       { "vllm", "serve", "m", "--a", "x y", "--b=z" })
+    T.eq(vllm.parse_command(vllm.words("docker run --gpus all -p 8000:8000 --ipc=host "
+      .. "vllm/vllm-openai:latest --model org/m -tp 2")),
+      { model = "org/m", ["tensor-parallel-size"] = "2" }, "docker's own flags are not vLLM's")
     T.eq(vllm.parse_command(vllm.words("python -m vllm.entrypoints.openai.api_server "
       .. "--model org/m --enforce-eager --max-model-len 4k")),
       { model = "org/m", ["enforce-eager"] = true, ["max-model-len"] = "4k" })

@@ -76,6 +76,11 @@ return {
     T.raises(function() serving.estimate({ max_model_len = 4096 }, r, r.hf_config,
       gpus.get("h100"), "x") end, "priced for dense decoders so far")
   end,
+  a_vlm_is_refused_not_priced_without_its_vision_tower = function()
+    local r = run_of("qwen2_vl_2b_instruct")
+    T.raises(function() serving.estimate({ max_model_len = 4096 }, r, r.hf_config,
+      gpus.get("h100"), "x") end, "a vision tower")
+  end,
   a_serving_estimate_needs_a_gpu = function()
     local r = run_of("llama_3_8b")
     T.raises(function() serving.estimate({}, r, r.hf_config, nil, "x") end, "--gpu NAME")
