@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/fuzz/build.sh BUILD_DIR
-# Configures BUILD_DIR with clang and -DVRAMLUA_FUZZ=ON and builds the four
+# Configures BUILD_DIR with clang and -DVRAMLUA_FUZZ=ON and builds the five
 # libFuzzer targets. Exits 77 (with the reason on stdout) when there is no
 # clang with libFuzzer, so callers can report a skip.
 set -uo pipefail
@@ -20,5 +20,5 @@ if ! "$cc" -fsanitize=fuzzer,address,undefined "$probe/p.c" -o "$probe/p" >/dev/
 fi
 cmake -S "$src" -B "$out" -DCMAKE_C_COMPILER="$cc" -DVRAMLUA_FUZZ=ON \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DVRAMLUA_WERROR=ON >/dev/null || exit 1
-cmake --build "$out" -j"$(nproc)" --target fuzz_json fuzz_yaml fuzz_spec fuzz_lua_api \
+cmake --build "$out" -j"$(nproc)" --target fuzz_json fuzz_yaml fuzz_spec fuzz_lua_api fuzz_hostile \
   >"$out/fuzz-build.log" 2>&1 || { cat "$out/fuzz-build.log"; exit 1; }

@@ -16,7 +16,7 @@ here=$src/tests/fuzz
 bash "$here/build.sh" "$out" || exit $?
 bash "$here/make_corpus.sh" "$out/corpus" "$bin" >/dev/null || exit 1
 printf '%-14s %12s %8s %10s %12s\n' target executions crashes "cov" "edges"
-for t in json yaml spec lua_api; do
+for t in json yaml spec lua_api hostile; do
   mkdir -p "$out/work/$t" "$out/artifacts/$t"
   log="$out/work/$t.log"
   "$out/tests/fuzz/fuzz_$t" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \

@@ -18,7 +18,7 @@ if [ "${4:-}" != "--prebuilt" ]; then
 fi
 bash "$here/make_corpus.sh" "$out/corpus" "$bin" >/dev/null || exit 1
 failed=0
-for t in json yaml spec lua_api; do
+for t in json yaml spec lua_api hostile; do
   rm -rf "$out/smoke/$t"
   mkdir -p "$out/smoke/$t" "$out/artifacts"
   log="$out/smoke/$t.log"
@@ -36,5 +36,5 @@ for t in json yaml spec lua_api; do
     echo "fuzz_$t: ${execs:-?} executions, cov ${cov:-?}, no crash"
   fi
 done
-echo "fuzz: $((4 - failed)) passed, $failed failed (${secs}s per target)"
+echo "fuzz: $((5 - failed)) passed, $failed failed (${secs}s per target)"
 [ $failed -eq 0 ]
