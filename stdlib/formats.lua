@@ -178,6 +178,9 @@ M.OPTIMIZERS = {
   lion_32bit = { name = "lion" },
   paged_lion_32bit = { name = "lion" },
   lion = { name = "lion" },
+  rmsprop = { name = "sgd_momentum",
+    note = "RMSprop keeps one state per parameter (square_avg), priced as momentum SGD's one "
+      .. "state" },
 }
 
 function Ctx:optimizer(key, v)

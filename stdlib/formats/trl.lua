@@ -80,7 +80,12 @@ for k in ([[dataset_text_field dataset_kwargs dataset_num_proc dataset_train_spl
   stop_token_id missing_eos_penalty total_episodes sft_model_path exp_name
   num_sample_generations lora_dropout lora_task_type use_rslora model_revision
   trust_remote_code bnb_4bit_compute_dtype bnb_4bit_quant_storage lora_target_parameters
-  dataset_name dataset_config dataset_path script_name env]]):gmatch("%S+") do
+  dataset_name dataset_config dataset_path script_name env chat_template system_prompt
+  dataset_prompt_column dataset_mixer dataset_splits dataset_configs dataset_columns
+  callbacks benchmarks code_language code_eval_test_batch_size code_eval_scoring_mode
+  e2b_router_url morph_router_url code_provider enforce_same_language parallel_code_exec_per_proc
+  max_completion_len num_completions_to_print log_completions_steps
+  preprocessing_num_workers auto_insert_empty_system_msg truncation_side]]):gmatch("%S+") do
   IGNORED[k] = true
 end
 
@@ -126,21 +131,33 @@ function M.grpo(c, t)
   if not t.max_completion_length then c:assume("max_completion_length: 256 (TRL's default)") end
   if t.beta == nil then c:assume("beta: 0.0 (TRL's default: no reference model)") end
   c:assume(("rollout: %d completions per device per generation (per_device_train_batch_size x "
-    .. "steps_per_generation), updated in micro-batches of %d"):format(rows, B))
+    .. "steps_per_generation), updated in micro-batches of %d; log-probs priced as a full fp32 "
+    .. "log_softmax over the vocabulary (TRL's selective_log_softmax keeps less: an upper "
+    .. "bound)"):format(rows, B))
   if t.use_vllm then
+    -- vLLM generates: the training GPU scores prompt + completion rows
+    -- (one-token rollout from a prefill of both), no per-token decode loop
+    -- TRL scores the generation batch in chunks of per_device_train_batch_size
+    -- (_get_per_token_logps), so one chunk of B rows is what the GPU holds
+    run.seq = math.max(1, run.seq + new - 1)
+    run.batch = B
+    run.rl.new_tokens = 1
+    c:assume("use_vllm: the training GPU scores prompt + completion (" .. (run.seq + 1)
+      .. " tokens per row) in chunks of per_device_train_batch_size = " .. B .. " rows; the "
+      .. "prefill KV cache the spec's one-token rollout keeps is not held by TRL (an upper "
+      .. "bound)")
     local mode = t.vllm_mode or "server"
     if mode == "colocate" then
       c.serve = { engine = "vllm", colocate = true,
         gpu_memory_utilization = t.vllm_util or 0.3,
-        max_model_len = run.seq + new, tensor_parallel_size = t.vllm_tp or 1,
+        max_model_len = run.seq + 1, tensor_parallel_size = t.vllm_tp or 1,
         max_num_seqs = rows }
+      -- vLLM generates the whole generation batch: rows sequences at a time
       if not t.vllm_util then c:assume("vllm_gpu_memory_utilization: 0.3 (TRL's default)") end
-      c:warn("use_vllm colocate: vLLM reserves gpu_memory_utilization of the GPU beside "
-        .. "training; the simulated rollout (HF generate with its own KV cache) stands in for "
-        .. "vLLM's, so the rollout's KV cache is counted in both")
+      c:assume("use_vllm colocate: vLLM reserves gpu_memory_utilization of the GPU beside "
+        .. "training (subtracted from the headroom)")
     else
-      c:warn("use_vllm " .. mode .. ": generation runs in a vLLM server on other GPUs; the "
-        .. "simulated rollout on the training GPU is an upper bound")
+      c:assume("use_vllm " .. mode .. ": generation runs in a vLLM server on other GPUs")
     end
   end
 end

@@ -107,9 +107,12 @@ return {
     local t = tr("trl_grpo_colocate.yaml")
     local r = t.spec.run
     T.eq(r.mode, "grpo")
-    T.eq(r.batch, 32, "8 per device x 4 steps per generation")
-    T.eq(r.seq, 512, "max_prompt_length")
-    T.eq(r.rl, { new_tokens = 1024, minibatch = 8, reference = true, value = false })
+    T.eq(r.batch, 8, "scored in chunks of per_device_train_batch_size")
+    -- vLLM generates: the training GPU scores prompt + completion rows
+    -- (max_prompt_length 512 + max_completion_length 1024), one token past
+    -- a prefill of 1535
+    T.eq(r.seq, 512 + 1024 - 1)
+    T.eq(r.rl, { new_tokens = 1, minibatch = 8, reference = true, value = false }, "beta 0.04")
     T.eq(r.precision, { params = "bf16" }, "dtype bfloat16 with bf16")
     T.eq(t.spec.serve, { engine = "vllm", colocate = true, gpu_memory_utilization = 0.3,
       max_model_len = 1536, tensor_parallel_size = 1, max_num_seqs = 32 })
