@@ -102,15 +102,12 @@ static int raw_error(lua_State *L, const char *fmt, ...) {
   return lua_error(L);
 }
 
-/* Pushes the whole contents of path as a string. Only a regular file is
- * opened (vb_open_regular: a FIFO or device would block or never end).
- * Errors "PATH: cannot open: <why>", "PATH: is a directory", "PATH: not a
- * regular file", "PATH: larger than 64 MiB", "PATH: read error: <why>". The
- * bytes go into a Lua buffer, so they count against the memory budget; the
- * FILE is closed on every path. */
-void vb_read_file(lua_State *L, const char *path) {
+/* Opens path (a regular file only: vb_open_regular, since a FIFO or device
+ * would block or never end) into a to-be-closed box pushed at *slot, so the
+ * FILE is closed on every path, errors included. Raises "PATH: <why>". */
+static FILE *open_boxed(lua_State *L, const char *path, int *slot) {
   luaL_checkstack(L, 4, "reading a file");
-  int slot = lua_gettop(L) + 1;
+  *slot = lua_gettop(L) + 1;
   file_box *b = (file_box *)lua_newuserdatauv(L, sizeof *b, 0);
   b->f = NULL;
   if (luaL_newmetatable(L, "vram.file_box")) {
@@ -120,7 +117,7 @@ void vb_read_file(lua_State *L, const char *path) {
     lua_setfield(L, -2, "__gc");
   }
   lua_setmetatable(L, -2);
-  lua_toclose(L, slot);
+  lua_toclose(L, *slot);
 
   const char *why = NULL;
   int fd = vb_open_regular(path, &why);
@@ -131,18 +128,30 @@ void vb_read_file(lua_State *L, const char *path) {
     close(fd);
     raw_error(L, "%s: cannot open: %s", path, strerror(e));
   }
+  return b->f;
+}
+
+/* Reads f into a Lua buffer and pushes the string: to its end, raising
+ * "PATH: larger than WHAT" past `limit` bytes (what == NULL: exactly `limit`
+ * bytes or fewer at the end of the file). Raises on read errors. The bytes
+ * go into a Lua buffer, so they count against the memory budget. */
+static size_t read_into(lua_State *L, FILE *f, size_t limit, const char *path,
+                        const char *what) {
   luaL_Buffer buf;
   luaL_buffinit(L, &buf);
   size_t len = 0;
   for (;;) {
-    char *p = luaL_prepbuffsize(&buf, 65536);
+    if (!what && len == limit) break;
+    size_t left = limit - len + (what ? 1 : 0);
+    size_t want = left < 65536 ? left : 65536;
+    char *p = luaL_prepbuffsize(&buf, want);
     errno = 0;
-    size_t got = fread(p, 1, 65536, b->f);
+    size_t got = fread(p, 1, want, f);
     luaL_addsize(&buf, got);
     len += got;
-    if (len > FILE_MAX_BYTES) raw_error(L, "%s: larger than 64 MiB", path);
+    if (len > limit) raw_error(L, "%s: larger than %s", path, what);
     if (got == 0) {
-      if (ferror(b->f)) {
+      if (ferror(f)) {
         int e = errno;
         raw_error(L, "%s: read error: %s", path, strerror(e ? e : EIO));
       }
@@ -150,6 +159,16 @@ void vb_read_file(lua_State *L, const char *path) {
     }
   }
   luaL_pushresult(&buf);
+  return len;
+}
+
+/* Pushes the whole contents of path as a string. Errors "PATH: cannot open:
+ * <why>", "PATH: is a directory", "PATH: not a regular file", "PATH: larger
+ * than 64 MiB", "PATH: read error: <why>". */
+void vb_read_file(lua_State *L, const char *path) {
+  int slot = 0;
+  FILE *f = open_boxed(L, path, &slot);
+  read_into(L, f, FILE_MAX_BYTES, path, "64 MiB");
   lua_closeslot(L, slot); /* closes now; the slot holds nil */
   lua_remove(L, slot);
 }
@@ -596,6 +615,46 @@ static int l_load(lua_State *L) {
   return decode_text(L, s, n, path);
 }
 
+/* The safetensors format caps its JSON header at 100 MB. */
+#define ST_HEADER_MAX ((uint64_t)100000000)
+
+/* json.safetensors_header(path): the JSON header of a .safetensors file
+ * (every tensor's dtype, shape and offsets, and __metadata__), decoded. The
+ * file starts with an unsigned 64-bit little-endian length N and N bytes of
+ * JSON; only those bytes are read, never the tensors. */
+static int l_st_header(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  vb_check_read(L, path);
+  lua_settop(L, 1);
+  int slot = 0;
+  FILE *f = open_boxed(L, path, &slot);
+  unsigned char len8[8];
+  if (fread(len8, 1, 8, f) != 8)
+    return raw_error(L, "%s: not a safetensors file (shorter than the 8-byte header length)",
+                     path);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = (n << 8) | len8[i];
+  char num[64]; /* lua_pushfstring has no 64-bit unsigned format */
+  if (n < 2 || n > ST_HEADER_MAX) {
+    snprintf(num, sizeof num, "%llu", (unsigned long long)n);
+    return raw_error(L,
+                     "%s: not a safetensors file (header length %s; the format allows "
+                     "2 to 100000000 bytes)",
+                     path, num);
+  }
+  size_t got = read_into(L, f, (size_t)n, path, NULL);
+  if (got != (size_t)n) {
+    snprintf(num, sizeof num, "%zu of %llu", got, (unsigned long long)n);
+    return raw_error(L, "%s: not a safetensors file (the header is cut short: %s bytes)", path,
+                     num);
+  }
+  lua_closeslot(L, slot);
+  lua_remove(L, slot);
+  size_t len;
+  const char *s = lua_tolstring(L, -1, &len);
+  return decode_text(L, s, len, path);
+}
+
 /* ---- encoding ------------------------------------------------------------ */
 
 typedef struct {
@@ -851,6 +910,7 @@ int vb_open_json(lua_State *L) {
       {"decode", l_decode},
       {"load", l_load},
       {"encode", l_encode},
+      {"safetensors_header", l_st_header},
       {NULL, NULL},
   };
   luaL_newlib(L, fns);

@@ -1,6 +1,7 @@
 -- vramlua params CONFIG.json [--json] [--freeze TOWER[,TOWER]]
 -- exact parameter counts of a Hugging Face config
 local vram = require("vram")
+local st = require("stdlib.safetensors")
 local errors = require("stdlib.errors")
 local spec = require("stdlib.spec")
 local P = require("stdlib.params")
@@ -19,7 +20,16 @@ The family is picked by the config's model_type (see models/registry.lua).
   --freeze TOWERS   count llm, vision, projector or text as not trainable
 
 tied_duplicate is what a format that stores tied weights twice (a Flax
-tree, some exports) adds on top of the total.]==]
+tree, some exports) adds on top of the total.
+
+When the config's folder holds safetensors (model.safetensors.index.json
+and its shards, or model.safetensors), their headers are read (never the
+tensors) and the checkpoint's count, dtypes and bytes are printed beside
+the config's count, with any difference flagged; for a quantized checkpoint
+the bytes are compared with what vramlua prices its weights at. CONFIG may
+also be a .safetensors file or an index: then the headers alone are
+reported. JSON: "checkpoint": {"files", "tensors", "elements", "bytes",
+"by_dtype", "verdict"}.]==]
 
 local a = require("stdlib.args").parse({ ... }, { help = false, json = false, freeze = "" },
   { positional = 1, noun = "CONFIG", metavar = { freeze = "TOWER[,TOWER...]" } })
@@ -34,6 +44,53 @@ for t in (a.freeze or ""):gmatch("[^,]+") do
   freeze[#freeze + 1] = t
 end
 if not path then errors.usage("params needs a CONFIG.json (or a preset name)") end
+
+-- A checkpoint named directly: its headers, and the config beside it if any.
+local ckpt_only = path:match("%.safetensors$") or path:match("safetensors%.index%.json$")
+
+local function dirname(p) return p:match("^(.*)/[^/]*$") or "." end
+
+local c = P.commas
+
+local function ckpt_json(k)
+  if not k then return nil end
+  local by = {}
+  for i, d in ipairs(k.by_dtype) do
+    by[i] = { dtype = d.dtype, tensors = d.tensors, elements = d.elements, bytes = d.bytes }
+  end
+  return { files = k.files, missing = #k.missing > 0 and k.missing or nil, tensors = k.tensors, elements = k.elements,
+    bytes = k.bytes, by_dtype = by, index_total_size = k.index_total_size, verdict = k.verdict }
+end
+
+local function print_ckpt(k)
+  print(("checkpoint (safetensors headers, %d file(s)%s): %s tensors, %s elements, %s bytes")
+    :format(#k.files, #k.missing > 0 and (", " .. #k.missing .. " named but absent") or "",
+      c(k.tensors), c(k.elements), c(k.bytes)))
+  for _, d in ipairs(k.by_dtype) do
+    print(("  %-10s %6d tensors %18s elements %18s bytes"):format(d.dtype, d.tensors,
+      c(d.elements), c(d.bytes)))
+  end
+  if k.verdict then print(k.verdict) end
+end
+
+if ckpt_only then
+  local k = st.read(path)
+  local beside = dirname(path) .. "/config.json"
+  local ok, bcfg = pcall(vram.json.load, beside)
+  local shard = path:match("%-%d+%-of%-%d+%.safetensors$")
+  if shard then
+    k.verdict = "one shard of several: name the index (model.safetensors.index.json) "
+      .. "to compare the whole checkpoint with its config"
+  elseif ok and type(bcfg) == "table" then
+    local okc, r = pcall(P.count, bcfg, beside)
+    if okc then
+      k.verdict = st.compare(k, r, nil)
+    end
+  end
+  if as_json then print(vram.json.encode({ checkpoint = ckpt_json(k) }, true)) return end
+  print_ckpt(k)
+  return
+end
 
 local where, cfg
 do
@@ -56,17 +113,39 @@ end
 
 local r = P.count(cfg, where, { freeze = freeze })
 
+-- The checkpoint beside the config, when there is one (and it may be read).
+local ckpt
+do
+  local ok, k = pcall(st.read, dirname(where))
+  if ok and k then
+    local priced
+    if cfg.quantization_config ~= nil or not st.plain(k) then
+      -- what vramlua prices the stored weights at (inference, exact bytes)
+      local okp, stp = pcall(function()
+        return require("stdlib.step").run(spec.normalize({ model = { config = where },
+          run = { mode = "inference", batch = 1, seq = 1, framework = "pytorch-cpu" } },
+          where))
+      end)
+      priced = okp and stp.live_by_category.weights or nil
+    end
+    k.verdict = st.compare(k, r, priced)
+    ckpt = k
+  elseif not ok then
+    local msg = type(k) == "table" and k.msg or tostring(k)
+    if not msg:find("outside the sandbox", 1, true) then error(k, 0) end
+  end
+end
+
 if as_json then
   local parts = {}
   for k, p in ipairs(r.parts) do
     parts[k] = { name = p.name, params = p.params, tower = p.tower or "llm", note = p.note }
   end
   print(vram.json.encode({ family = r.family, total = r.total, trainable = r.trainable,
-    tied_duplicate = r.tied_duplicate, parts = parts }, true))
+    tied_duplicate = r.tied_duplicate, parts = parts, checkpoint = ckpt_json(ckpt) }, true))
   return
 end
 
-local c = P.commas
 print(("%s  (family %s)"):format(where, r.family))
 print(("%-44s %-10s %16s"):format("part", "tower", "parameters"))
 for _, p in ipairs(r.parts) do
@@ -82,3 +161,4 @@ if r.tied_duplicate > 0 then
   print(("tied embedding: %s parameters held once; a format that stores it twice holds %s")
     :format(c(r.tied_duplicate), c(r.total + r.tied_duplicate)))
 end
+if ckpt then print_ckpt(ckpt) end

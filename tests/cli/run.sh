@@ -150,6 +150,20 @@ printf 'model: { preset: qwen2_5_1_5b_instruct }\nrun: { batch: 1, seq: 64, bach
 printf '{"model_type": "frobnet", "hidden_size": 8}' >"$D/unknown.json"
 t "params of a preset, exact"            0 "4437815808"  '"$V" params qwen3_vl_4b_instruct --json'
 t "params of an unknown model_type"      1 "add models/" '"$V" params "$D/unknown.json"'
+FIX=$(cd "$(dirname "${BASH_SOURCE[0]}")/../lua/fixtures" && pwd)
+t "params beside safetensors shards"     0 "config count equals the checkpoint's: 80,704" \
+  '"$V" params "$FIX/ckpt_qwen2_tiny/config.json"'
+t "params of a quantized checkpoint"     0 "quantized: the weights vramlua prices, 139,680" \
+  '"$V" params "$FIX/ckpt_gpt_oss_tiny/config.json"'
+t "params of a safetensors file alone"   0 '95952' \
+  '"$V" params "$FIX/ckpt_gpt_oss_tiny/model.safetensors" --json'
+t "params of a file that is no checkpoint" 1 "not a safetensors file" \
+  'printf "{\"a\": 1}" >"$D/x.safetensors" && "$V" params "$D/x.safetensors"'
+mkdir -p "$D/abs/m" "$D/abs/s"
+printf '{"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "num_local_experts": 4, "num_experts_per_tok": 2}' >"$D/abs/m/config.json"
+printf 'model: { config: %s/abs/m/config.json }\nrun: { batch: 1, seq: 16 }\n' "$D" >"$D/abs/s/spec.yaml"
+t "a spec names its config by absolute path" 0 "peak (tensors allocated)" \
+  '"$V" estimate "$D/abs/s/spec.yaml"'
 t "models lists the presets"             0 "qwen2_5_7b_instruct" '"$V" models'
 t "estimate --json has peak_bytes"       0 '"peak_bytes"' '"$V" estimate "$D/spec.yaml" --json'
 t "estimate on an unknown GPU"           1 "unknown GPU" '"$V" estimate "$D/spec.yaml" --gpu nope'

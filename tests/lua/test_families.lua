@@ -322,3 +322,53 @@ T.test("a quantized checkpoint trains through adapters, or dequantized", functio
   T.raises(function() norm({ mode = "inference", batch = 1, seq = 8,
     precision = { weights = "nf4" } }) end, "run.precision.weights: the checkpoint is quantized")
 end)
+
+-- Checkpoints in tests/lua/fixtures: safetensors headers (no tensor bytes)
+-- with the tensor names, dtypes and shapes transformers saves.
+local FIX = vram.share_dir .. "/tests/lua/fixtures/"
+
+T.test("safetensors headers give every tensor's count, dtype and bytes", function()
+  local st = require("stdlib.safetensors")
+  -- a two-layer Qwen2, hidden 64, MLP 128, 4 heads of 16, 2 KV heads,
+  -- vocabulary 100, tied: written out by hand
+  local layer = (64 * 64 + 64) + 2 * (32 * 64 + 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64
+  local want = 100 * 64 + 2 * layer + 64
+  local k = st.read(FIX .. "ckpt_qwen2_tiny/model.safetensors.index.json")
+  T.eq(k.elements, want)
+  T.eq(k.bytes, 2 * want)
+  T.eq(k.index_total_size, 2 * want)
+  T.eq(#k.files, 2)
+  T.eq(k.tensors, 1 + 2 * 12 + 1)
+  T.eq(st.read(FIX .. "ckpt_qwen2_tiny").elements, want) -- the folder
+  local r = P.count(vram.json.load(FIX .. "ckpt_qwen2_tiny/config.json"), "c")
+  T.eq(st.compare(k, r), "config count equals the checkpoint's: " .. P.commas(want))
+  -- a checkpoint that stores the tied embedding twice is recognised
+  local twice = { elements = want + 6400, bytes = 0, by_dtype = { { dtype = "BF16" } } }
+  T.ok(st.compare(twice, r):find("second copy of the tied embedding", 1, true))
+  local off = { elements = want + 1, bytes = 0, by_dtype = { { dtype = "BF16" } } }
+  T.ok(st.compare(off, r):find("^DIFFERENT"))
+end)
+
+T.test("a quantized checkpoint's bytes equal what vramlua prices", function()
+  local st = require("stdlib.safetensors")
+  local k = st.read(FIX .. "ckpt_gpt_oss_tiny")
+  -- mxfp4 experts: blocks (E, out, in/32, 16) + scales (E, out, in/32), U8
+  local E, H, I = 4, 64, 64
+  local u8 = 2 * (E * 2 * I * H // 2 + E * 2 * I * H // 32 + E * H * I // 2 + E * H * I // 32)
+  local u8_seen = 0
+  for _, d in ipairs(k.by_dtype) do if d.dtype == "U8" then u8_seen = d.bytes end end
+  T.eq(u8_seen, u8)
+  local path = FIX .. "ckpt_gpt_oss_tiny/config.json"
+  local run = spec.normalize({ model = { config = path }, run = { mode = "inference", batch = 1,
+    seq = 1, framework = "pytorch-cpu" } }, path)
+  local priced = step.run(run).live_by_category.weights
+  T.eq(priced, k.bytes)
+  T.ok(st.compare(k, P.count(vram.json.load(path), path), priced):find("^quantized: "))
+end)
+
+T.test("files that are not safetensors are refused with the reason", function()
+  T.raises(function() vram.json.safetensors_header(FIX .. "ckpt_qwen2_tiny/config.json") end,
+    "config.json: not a safetensors file (header length")
+  T.raises(function() vram.json.safetensors_header(FIX .. "ckpt_qwen2_tiny") end,
+    "is a directory")
+end)
