@@ -93,14 +93,22 @@ function F.vision_parts(v)
   }
 end
 
+-- The decoder model_type of a Qwen3-VL config's text model.
+function F.text_model_type(cfg)
+  local t = type(cfg.text_config) == "table" and cfg.text_config.model_type or nil
+  if cfg.model_type == "qwen3_vl_moe" or t == "qwen3_vl_moe_text" then return "qwen3_moe" end
+  return "qwen3"
+end
+
 function F.count(cfg, where)
   local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
   local tcfg = cfg.text_config or errors.input(where, "text_config", "is required but missing")
   local v = F.vision_normalize(vc, where)
   local tie = tcfg.tie_word_embeddings
   if tie == nil then tie = cfg.tie_word_embeddings end
-  -- qwen3_vl_text is Qwen3's attention (q_norm/k_norm, attention_bias)
-  local parts, _, tied = P.text_parts(tcfg, where, { model_type = "qwen3",
+  -- qwen3_vl_text is Qwen3's attention (q_norm/k_norm, attention_bias);
+  -- qwen3_vl_moe_text adds Qwen3-MoE's experts
+  local parts, _, tied = P.text_parts(tcfg, where, { model_type = F.text_model_type(cfg),
     tie_word_embeddings = tie or false }, nil, "model.language_model.")
   return { parts = P.append(F.vision_parts(v), parts), tied_duplicate = tied }
 end

@@ -62,8 +62,30 @@ R.FAMILIES = {
     model_types = { "qwen2_vl" }, architectures = { "Qwen2VLForConditionalGeneration" },
     about = "Qwen2-VL: ViT (Conv3d patch 14) + PatchMerger + Qwen2 (models/qwen2_vl.lua)" },
   { name = "qwen3_vl", module = "models.qwen3_vl",
-    model_types = { "qwen3_vl" }, architectures = { "Qwen3VLForConditionalGeneration" },
+    model_types = { "qwen3_vl", "qwen3_vl_moe" },
+    architectures = { "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration" },
     about = "Qwen3-VL: ViT (patch 16) + merger + DeepStack mergers + Qwen3 (models/qwen3_vl.lua)" },
+  { name = "qwen2_5_vl", module = "models.qwen2_vl", fn = "count_2_5",
+    model_types = { "qwen2_5_vl" }, architectures = { "Qwen2_5_VLForConditionalGeneration" },
+    about = "Qwen2.5-VL: ViT (RMSNorm, gated MLP, windowed attention) + PatchMerger + Qwen2 "
+      .. "(models/qwen2_vl.lua)" },
+  { name = "gemma3", module = "models.paligemma", fn = "count_gemma3",
+    model_types = { "gemma3" }, architectures = { "Gemma3ForConditionalGeneration" },
+    about = "Gemma 3 multimodal: SigLIP + pooled projector + Gemma 3 text (models/paligemma.lua)" },
+  { name = "llava", module = "models.llava",
+    model_types = { "llava", "llava_next", "llava_onevision" },
+    architectures = { "LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
+      "LlavaOnevisionForConditionalGeneration" },
+    about = "LLaVA / LLaVA-NeXT / OneVision: CLIP, SigLIP or Pixtral tower + MLP projector + "
+      .. "any decoder (models/llava.lua)" },
+  { name = "internvl_hf", module = "models.internvl", fn = "count_hf",
+    model_types = { "internvl" }, architectures = { "InternVLForConditionalGeneration" },
+    about = "InternVL 2.5/3 in transformers' own format (-hf): InternViT + projector + "
+      .. "Qwen2/Qwen3/Llama (models/internvl.lua)" },
+  { name = "mllama", module = "models.mllama",
+    model_types = { "mllama" }, architectures = { "MllamaForConditionalGeneration" },
+    about = "Llama 3.2 Vision: tiled ViT with global layers + projector + Llama with "
+      .. "cross-attention layers (models/mllama.lua; counts only)" },
   { name = "internvl", module = "models.internvl",
     model_types = { "internvl_chat" }, architectures = { "InternVLChatModel" },
     about = "InternVL 1.5/2/2.5/3 remote code: InternViT + mlp1 + Qwen2/InternLM2/Llama "
@@ -139,6 +161,8 @@ R.PRESETS = {
     published = 20914757184 },
   { name = "gpt_oss_120b", hf = { "openai/gpt-oss-120b" }, verbatim = true,
     published = 116829156672 },
+  { name = "qwen3_vl_30b_a3b_instruct", hf = { "Qwen/Qwen3-VL-30B-A3B-Instruct",
+    "Qwen/Qwen3-VL-30B-A3B-Thinking" }, verbatim = true, published = 31070754032 },
   { name = "yxanul_197m", hf = {} --[[ no Hub repository; yxanul/yxanul_0.6B on GitHub ]],
     verbatim = false, published = nil },
 }

@@ -45,8 +45,35 @@ function M.shape(cfg, where, side)
       patch_size = v.patch_size, image_size = side }
     out.merge = v.spatial_merge_size or 2
     out.text = text_of(cfg, cfg.text_config)
-    out.text.model_type = "qwen3"
+    out.text.model_type = require("models.qwen3_vl").text_model_type(cfg)
     out.deepstack = #(v.deepstack_visual_indexes or {})
+  elseif fam == "qwen2_5_vl" then
+    out.vision = { hidden_size = v.hidden_size, num_hidden_layers = v.depth,
+      num_attention_heads = v.num_heads, intermediate_size = v.intermediate_size,
+      patch_size = v.patch_size or 14, image_size = side }
+    out.merge = v.spatial_merge_size or 2
+    out.text = text_of(cfg, cfg.text_config or cfg)
+    out.text.model_type = "qwen2"
+    out.text.vision_config, out.text.text_config = nil, nil
+  elseif fam == "gemma3" then
+    -- 64 x 64 patches average-pooled to mm_tokens_per_image (256): a 4 x 4 merge
+    out.vision = vit(v, side, 14)
+    local per_side = side // out.vision.patch_size
+    local tokens = cfg.mm_tokens_per_image or 256
+    local k = math.tointeger(math.sqrt(tokens))
+    out.merge = (k and k > 0 and per_side % k == 0) and per_side // k or 1
+    out.text = text_of(cfg, cfg.text_config or {}, require("models.paligemma").GEMMA3_DEFAULTS)
+    out.text.model_type = "gemma3_text"
+  elseif fam == "llava" then
+    local llava = require("models.llava")
+    out.vision = vit(v, side, 14)
+    out.merge = 1
+    out.text = llava.text_config(cfg)
+  elseif fam == "internvl_hf" then
+    out.vision = vit(v, side, 14)
+    if type(out.vision.patch_size) == "table" then out.vision.patch_size = out.vision.patch_size[1] end
+    out.merge = math.tointeger(1 / (cfg.downsample_ratio or 0.5))
+    out.text = text_of(cfg, cfg.text_config)
   elseif fam == "internvl" then
     out.vision = vit(v, side)
     out.merge = math.tointeger(1 / (cfg.downsample_ratio or 0.5))

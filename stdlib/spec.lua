@@ -75,6 +75,7 @@ function M.text_config(cfg, where)
   copy.model_type = mt
   if mt == "qwen2_5_vl_text" or mt == "qwen2_vl_text" then copy.model_type = "qwen2" end
   if mt == "qwen3_vl_text" then copy.model_type = "qwen3" end
+  if mt == "qwen3_vl_moe_text" then copy.model_type = "qwen3_moe" end
   return decoder.normalize(copy, where)
 end
 
@@ -152,7 +153,7 @@ function M.check_sizes(r, where)
 end
 
 local VLM_FAMILIES = { qwen2_vl = true, qwen3_vl = true, internvl = true, paligemma = true,
-  mistral3 = true }
+  mistral3 = true, qwen2_5_vl = true, gemma3 = true, llava = true, internvl_hf = true }
 
 -- Image inputs of a VLM run: run.images = {count, width, height, max_pixels}.
 -- The processor's own rules (stdlib/vision_tokens.lua) give the grid.
@@ -166,8 +167,9 @@ function M.vlm_run(r, cfg, path, images, where)
   local w, h = ir:int("width", 448), ir:int("height", 448)
   local fam = require("models.registry").find(cfg, path).name
   local shape
-  if fam == "qwen2_vl" or fam == "qwen3_vl" then
-    local t = (fam == "qwen2_vl" and vt.qwen2_vl or vt.qwen3_vl)(h, w,
+  if fam == "qwen2_vl" or fam == "qwen3_vl" or fam == "qwen2_5_vl" then
+    -- Qwen2.5-VL uses Qwen2-VL's image processor (patch 14, merge 2)
+    local t = (fam == "qwen3_vl" and vt.qwen3_vl or vt.qwen2_vl)(h, w,
       { max_pixels = ir:int("max_pixels", nil, true) })
     shape = shapes.shape(cfg, path, t.factor)
     shape.vision.grid_h, shape.vision.grid_w = t.grid[2], t.grid[3]
@@ -177,9 +179,14 @@ function M.vlm_run(r, cfg, path, images, where)
     shape = shapes.shape(cfg, path, patch)
     -- the merged grid is rows x cols; the patch grid twice that each way
     shape.vision.grid_h, shape.vision.grid_w = 2 * t.rows, 2 * t.cols
+  elseif fam == "llava" and cfg.model_type ~= "llava" then
+    errors.input(path, "model_type", ("%s's any-resolution tiling (a base image plus grid "
+      .. "tiles and newline tokens) is not simulated yet; `vramlua params` counts the model")
+      :format(tostring(cfg.model_type)))
   else -- fixed-resolution towers: every image becomes one (InternVL: per 448 tile)
     local side = (cfg.vision_config.image_size or cfg.force_image_size or 224)
-    if fam == "internvl" then
+    if type(side) == "table" then side = side[1] end -- [h, w] (square towers)
+    if fam == "internvl" or fam == "internvl_hf" then
       count = count * vt.internvl_tiles(h, w).tiles
     end
     shape = shapes.shape(cfg, path, side)
@@ -346,6 +353,10 @@ function M.normalize(spec, where, loaded)
   end
   r.hf_config = cfg
   local fam = require("models.registry").find(cfg, path).name
+  if fam == "mllama" then
+    errors.input(path, "model_type", "mllama's cross-attention layers are not simulated yet; "
+      .. "`vramlua params` counts the model")
+  end
   -- model.text_only: the language model of a VLM config alone (its
   -- text_config), as when a VLM's LLM is trained on text
   local text_only = cfgutil.reader(model, where, "model."):bool("text_only", false)

@@ -372,3 +372,107 @@ T.test("files that are not safetensors are refused with the reason", function()
   T.raises(function() vram.json.safetensors_header(FIX .. "ckpt_qwen2_tiny") end,
     "is a directory")
 end)
+
+-- VLMs, written out from each model's published config.json.
+local VLMS = {
+  qwen2_5_vl_3b = { model_type = "qwen2_5_vl", vocab_size = 151936, hidden_size = 2048,
+    intermediate_size = 11008, num_hidden_layers = 36, num_attention_heads = 16,
+    num_key_value_heads = 2, tie_word_embeddings = true,
+    vision_config = { depth = 32, hidden_size = 1280, intermediate_size = 3420, num_heads = 16,
+      out_hidden_size = 2048, patch_size = 14, spatial_merge_size = 2, temporal_patch_size = 2,
+      window_size = 112, fullatt_block_indexes = { 7, 15, 23, 31 }, in_chans = 3 } },
+  gemma_3_4b = { model_type = "gemma3", mm_tokens_per_image = 256,
+    text_config = { model_type = "gemma3_text", hidden_size = 2560, intermediate_size = 10240,
+      num_hidden_layers = 34, num_attention_heads = 8, num_key_value_heads = 4, head_dim = 256,
+      vocab_size = 262208 },
+    vision_config = { model_type = "siglip_vision_model", hidden_size = 1152,
+      intermediate_size = 4304, num_hidden_layers = 27, num_attention_heads = 16,
+      patch_size = 14, image_size = 896, vision_use_head = false } },
+  -- llava-hf's text_config names little beyond the vocabulary: LlamaConfig
+  -- defaults fill the rest
+  -- InternVL2.5-1B's shapes in transformers' own format (InternVL3-1B-hf
+  -- has the same): InternViT-300M, a 0.5 downsample, a Qwen2.5-0.5B text
+  -- model with InternVL's 151,674-token vocabulary and an untied head
+  internvl_1b_hf = { model_type = "internvl", downsample_ratio = 0.5,
+    vision_config = { model_type = "internvl_vision", hidden_size = 1024,
+      intermediate_size = 4096, num_hidden_layers = 24, num_attention_heads = 16,
+      image_size = { 448, 448 }, patch_size = { 14, 14 }, attention_bias = true,
+      use_qk_norm = false, norm_type = "layer_norm" },
+    text_config = { model_type = "qwen2", vocab_size = 151674, hidden_size = 896,
+      intermediate_size = 4864, num_hidden_layers = 24, num_attention_heads = 14,
+      num_key_value_heads = 2, tie_word_embeddings = false } },
+  llava_1_5_7b = { model_type = "llava", vision_feature_layer = -2,
+    text_config = { model_type = "llama", vocab_size = 32064, max_position_embeddings = 4096 },
+    vision_config = { model_type = "clip_vision_model", hidden_size = 1024,
+      intermediate_size = 4096, num_hidden_layers = 24, num_attention_heads = 16,
+      image_size = 336, patch_size = 14, projection_dim = 768 } },
+}
+
+T.test("VLMs match their published counts", function()
+  -- Qwen/Qwen2.5-VL-3B-Instruct: n_parameters in a model registry entry
+  -- pinned to a revision (index file 56724970731)
+  local q = P.count(VLMS.qwen2_5_vl_3b, "q")
+  T.eq(q.total, 3754622976)
+  T.eq(q.tied_duplicate, 151936 * 2048) -- the tied Qwen2.5-3B embedding, held once
+  -- google/gemma-3-4b-it: Hub safetensors total (index file 71142266638)
+  T.eq(P.count(VLMS.gemma_3_4b, "g").total, 4300079472)
+  -- llava-hf/llava-1.5-7b-hf: count_parameters asserted after building
+  -- LlavaForConditionalGeneration from the config (index file 4065502446)
+  T.eq(P.count(VLMS.llava_1_5_7b, "l").total, 7063427072)
+  -- OpenGVLab/InternVL2_5-1B: Hub safetensors metadata, as listed in index
+  -- file 12439498600
+  T.eq(P.count(VLMS.internvl_1b_hf, "i").total, 938193024)
+  -- Qwen/Qwen3-VL-30B-A3B-Instruct is a preset (test_models checks it):
+  -- 31,070,754,032, paramCount in a provider's catalogue (index file 66729435508)
+  local r = P.count(preset("qwen3_vl_30b_a3b_instruct"), "q3")
+  T.eq(r.total, 31070754032)
+  T.eq(part(r, "model.language_model.layers.experts"), 48 * 128 * 3 * 2048 * 768)
+end)
+
+T.test("Llama 3.2 Vision: tiles, global layers and cross-attention layers", function()
+  local ratios = {}
+  for i = 1, 8 do ratios[i] = { 1, 1 } end
+  local c = { model_type = "mllama",
+    vision_config = { hidden_size = 1280, intermediate_size = 5120, num_hidden_layers = 32,
+      num_global_layers = 8, attention_heads = 16, image_size = 560, patch_size = 14,
+      max_num_tiles = 4, supported_aspect_ratios = ratios, vision_output_dim = 7680,
+      intermediate_layers_indices = { 3, 7, 15, 23, 30 } },
+    text_config = { model_type = "mllama_text_model", vocab_size = 128256, hidden_size = 4096,
+      intermediate_size = 14336, num_hidden_layers = 40, num_attention_heads = 32,
+      num_key_value_heads = 8, cross_attention_layers = { 3, 8, 13, 18, 23, 28, 33, 38 } } }
+  -- meta-llama/Llama-3.2-11B-Vision-Instruct: Hub safetensors metadata, as
+  -- listed in index file 12439498600
+  T.eq(P.count(c, "m").total, 10670220835)
+  T.raises(function() run_of(c, 2, { batch = 1, seq = 8 }) end,
+    "mllama's cross-attention layers are not simulated yet")
+end)
+
+T.test("LLaVA-NeXT adds image_newline; Qwen2.5-VL's vision is gated and RMS-normed", function()
+  local n = {}
+  for k, v in pairs(VLMS.llava_1_5_7b) do n[k] = v end
+  n.model_type = "llava_next"
+  T.eq(P.count(n, "n").total - P.count(VLMS.llava_1_5_7b, "l").total, 4096)
+  -- 32 blocks: two RMSNorms, qkv and proj with biases, gate/up/down with biases
+  local D, I = 1280, 3420
+  T.eq(part(P.count(VLMS.qwen2_5_vl_3b, "q"), "visual.blocks"), 32 * (2 * D + (3 * D * D + 3 * D)
+    + (D * D + D) + 2 * (D * I + I) + (I * D + D)))
+end)
+
+T.test("VLM families run train, LoRA and inference", function()
+  local all = { VLMS.qwen2_5_vl_3b, VLMS.gemma_3_4b, VLMS.llava_1_5_7b, VLMS.internvl_1b_hf,
+    preset("qwen3_vl_30b_a3b_instruct") }
+  for i, c in ipairs(all) do
+    for _, r in ipairs({ { mode = "train", batch = 1, seq = 32 },
+      { mode = "train", batch = 1, seq = 32, lora = { rank = 4 } },
+      { mode = "inference", batch = 1, seq = 32 } }) do
+      local ok, st = pcall(function() return step.run(run_of(c, 2, r)) end)
+      T.ok(ok and st.peak > 0, ("%d %s%s: %s"):format(i, r.mode, r.lora and " lora" or "",
+        tostring(not ok and (type(st) == "table" and st.msg or st) or "")))
+    end
+  end
+  local n = {}
+  for k, v in pairs(VLMS.llava_1_5_7b) do n[k] = v end
+  n.model_type = "llava_onevision"
+  T.raises(function() run_of(n, 2, { batch = 1, seq = 8 }) end,
+    "any-resolution tiling (a base image plus grid tiles and newline tokens) is not simulated")
+end)
