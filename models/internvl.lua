@@ -37,21 +37,40 @@ local P = require("stdlib.params")
 
 local F = {}
 
--- InternVisionConfig defaults (configuration_intern_vit.py): num_channels
--- 3, qkv_bias False, qk_normalization True, norm_type "rms_norm"; the
--- published configs spell all of them out.
-function F.vision_normalize(vc, where)
+-- Square sizes may be written [h, w] (the -hf configs).
+local function side(c, key)
+  local x = c:raw(key)
+  if type(x) == "table" then
+    if math.type(x[1]) ~= "integer" or x[1] ~= x[2] then
+      c:fail(key, "must be a square size, an integer or [n, n]")
+    end
+    return x[1]
+  end
+  return c:int(key)
+end
+
+-- The remote code's keys and InternVisionConfig defaults
+-- (configuration_intern_vit.py: qkv_bias False, qk_normalization True,
+-- norm_type "rms_norm"; the published configs spell them out), and the
+-- -hf format's (InternVLVisionConfig: attention_bias False, use_qk_norm
+-- False, norm_type "layer_norm").
+local REMOTE = { bias = "qkv_bias", qk = "qk_normalization", qk_default = true,
+  norm_default = "rms_norm" }
+local HF = { bias = "attention_bias", qk = "use_qk_norm", qk_default = false,
+  norm_default = "layer_norm" }
+
+local function vision_read(vc, where, keys)
   local c = cfgutil.reader(vc, where, "vision_config.")
   local v = {
     hidden = c:int("hidden_size"),
     layers = c:int("num_hidden_layers"),
     intermediate = c:int("intermediate_size"),
-    patch = c:int("patch_size"),
-    image = c:int("image_size"),
+    patch = side(c, "patch_size"),
+    image = side(c, "image_size"),
     channels = c:int("num_channels", 3),
-    qkv_bias = c:bool("qkv_bias", false),
-    qk_norm = c:bool("qk_normalization", true),
-    norm = c:str("norm_type", "rms_norm"),
+    qkv_bias = c:bool(keys.bias, false),
+    qk_norm = c:bool(keys.qk, keys.qk_default),
+    norm = c:str("norm_type", keys.norm_default),
   }
   if v.norm ~= "layer_norm" and v.norm ~= "rms_norm" then
     c:fail("norm_type", "must be 'layer_norm' or 'rms_norm', got '" .. v.norm .. "'")
@@ -62,6 +81,8 @@ function F.vision_normalize(vc, where)
   v.grid = v.image // v.patch
   return v
 end
+
+function F.vision_normalize(vc, where) return vision_read(vc, where, REMOTE) end
 
 function F.vision_parts(v)
   local D, I = v.hidden, v.intermediate
@@ -137,10 +158,9 @@ function F.llm_parts(lc, where)
     .. "counted (known: internlm2, qwen2, qwen3, llama)"):format(tostring(mt)))
 end
 
-function F.count(cfg, where)
-  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
-  local lc = cfg.llm_config or errors.input(where, "llm_config", "is required but missing")
-  local v = F.vision_normalize(vc, where)
+-- Vision parts, the projector (LayerNorm(D r^2), Linear, GELU, Linear,
+-- r = 1 / downsample_ratio) under `proj`, and the language model.
+local function assemble(cfg, where, v, lc, proj)
   local llm, H, tied = F.llm_parts(lc, where)
   local c = cfgutil.reader(cfg, where)
   local ds = c:num("downsample_ratio", 0.5)
@@ -148,66 +168,26 @@ function F.count(cfg, where)
   if not r or r < 1 then c:fail("downsample_ratio", "must be in (0, 1]") end
   local Din = v.hidden * r * r
   local parts = F.vision_parts(v)
-  parts[#parts + 1] = { name = "mlp1", tower = "projector", params = vram.norm_params(Din, "layer")
+  parts[#parts + 1] = { name = proj, tower = "projector", params = vram.norm_params(Din, "layer")
     + vram.linear_params(Din, H, true) + vram.linear_params(H, H, true) }
   return { parts = P.append(parts, llm), tied_duplicate = tied }
+end
+
+function F.count(cfg, where)
+  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
+  local lc = cfg.llm_config or errors.input(where, "llm_config", "is required but missing")
+  return assemble(cfg, where, F.vision_normalize(vc, where), lc, "mlp1")
 end
 
 -- The transformers-native format (model_type "internvl", the -hf
 -- repositories; modeling_internvl.py): the same weights under other names
 -- (q/k/v_proj with bias=attention_bias, projection_layer, lambda_1/2 layer
 -- scales, layernorm_before/after; multi_modal_projector = mlp1) and a
--- text_config. InternVLVisionConfig defaults: attention_bias False,
--- use_qk_norm False, norm_type "layer_norm"; sizes may be [h, w] lists.
-local function side(c, key)
-  local x = c:raw(key)
-  if type(x) == "table" then
-    if math.type(x[1]) ~= "integer" or x[1] ~= x[2] then
-      c:fail(key, "must be a square size, an integer or [n, n]")
-    end
-    return x[1]
-  end
-  return c:int(key)
-end
-
-function F.vision_normalize_hf(vc, where)
-  local c = cfgutil.reader(vc, where, "vision_config.")
-  local v = {
-    hidden = c:int("hidden_size"),
-    layers = c:int("num_hidden_layers"),
-    intermediate = c:int("intermediate_size"),
-    patch = side(c, "patch_size"),
-    image = side(c, "image_size"),
-    channels = c:int("num_channels", 3),
-    qkv_bias = c:bool("attention_bias", false),
-    qk_norm = c:bool("use_qk_norm", false),
-    norm = c:str("norm_type", "layer_norm"),
-  }
-  if v.norm ~= "layer_norm" and v.norm ~= "rms_norm" then
-    c:fail("norm_type", "must be 'layer_norm' or 'rms_norm', got '" .. v.norm .. "'")
-  end
-  if v.image % v.patch ~= 0 then
-    c:fail("image_size", ("must be a multiple of patch_size (%d)"):format(v.patch))
-  end
-  v.grid = v.image // v.patch
-  return v
-end
-
+-- text_config.
 function F.count_hf(cfg, where)
   local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
   local tc = cfg.text_config or errors.input(where, "text_config", "is required but missing")
-  local v = F.vision_normalize_hf(vc, where)
-  local llm, H, tied = F.llm_parts(tc, where)
-  local c = cfgutil.reader(cfg, where)
-  local ds = c:num("downsample_ratio", 0.5)
-  local r = math.tointeger(math.floor(1 / ds))
-  if not r or r < 1 then c:fail("downsample_ratio", "must be in (0, 1]") end
-  local Din = v.hidden * r * r
-  local parts = F.vision_parts(v)
-  parts[#parts + 1] = { name = "multi_modal_projector", tower = "projector",
-    params = vram.norm_params(Din, "layer") + vram.linear_params(Din, H, true)
-      + vram.linear_params(H, H, true) }
-  return { parts = P.append(parts, llm), tied_duplicate = tied }
+  return assemble(cfg, where, vision_read(vc, where, HF), tc, "multi_modal_projector")
 end
 
 -- Tokens per 448 x 448 tile: (image/patch)^2 * downsample_ratio^2

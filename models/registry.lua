@@ -82,6 +82,11 @@ R.FAMILIES = {
     model_types = { "internvl" }, architectures = { "InternVLForConditionalGeneration" },
     about = "InternVL 2.5/3 in transformers' own format (-hf): InternViT + projector + "
       .. "Qwen2/Qwen3/Llama (models/internvl.lua)" },
+  { name = "idefics3", module = "models.idefics3",
+    model_types = { "idefics3", "smolvlm" },
+    architectures = { "Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration" },
+    about = "Idefics3 / SmolVLM: SigLIP-style tower + pixel shuffle + linear projection + "
+      .. "Llama, image splitting (models/idefics3.lua)" },
   { name = "mllama", module = "models.mllama",
     model_types = { "mllama" }, architectures = { "MllamaForConditionalGeneration" },
     about = "Llama 3.2 Vision: tiled ViT with global layers + projector + Llama with "

@@ -69,6 +69,11 @@ function M.shape(cfg, where, side)
     out.vision = vit(v, side, 14)
     out.merge = 1
     out.text = llava.text_config(cfg)
+  elseif fam == "idefics3" then
+    local _, t = require("models.idefics3").vision_normalize(v, where)
+    out.vision = vit(t, side)
+    out.merge = cfg.scale_factor or 2
+    out.text = require("models.llava").text_config(cfg)
   elseif fam == "internvl_hf" then
     out.vision = vit(v, side, 14)
     if type(out.vision.patch_size) == "table" then out.vision.patch_size = out.vision.patch_size[1] end

@@ -401,6 +401,13 @@ local VLMS = {
     text_config = { model_type = "qwen2", vocab_size = 151674, hidden_size = 896,
       intermediate_size = 4864, num_hidden_layers = 24, num_attention_heads = 14,
       num_key_value_heads = 2, tie_word_embeddings = false } },
+  -- SmolVLM-256M: SigLIP-B/16 at 512, pixel shuffle 4, SmolLM2-135M text
+  smolvlm_256m = { model_type = "idefics3", scale_factor = 4,
+    vision_config = { hidden_size = 768, intermediate_size = 3072, num_hidden_layers = 12,
+      num_attention_heads = 12, image_size = 512, patch_size = 16 },
+    text_config = { model_type = "llama", vocab_size = 49280, hidden_size = 576,
+      intermediate_size = 1536, num_hidden_layers = 30, num_attention_heads = 9,
+      num_key_value_heads = 3, tie_word_embeddings = false } },
   llava_1_5_7b = { model_type = "llava", vision_feature_layer = -2,
     text_config = { model_type = "llama", vocab_size = 32064, max_position_embeddings = 4096 },
     vision_config = { model_type = "clip_vision_model", hidden_size = 1024,
@@ -419,6 +426,10 @@ T.test("VLMs match their published counts", function()
   -- llava-hf/llava-1.5-7b-hf: count_parameters asserted after building
   -- LlavaForConditionalGeneration from the config (index file 4065502446)
   T.eq(P.count(VLMS.llava_1_5_7b, "l").total, 7063427072)
+  -- HuggingFaceTB/SmolVLM-256M: "params 256484928" in a run log (index file
+  -- 70239433783); docling-project/SmolDocling-256M-preview, the same
+  -- architecture, pinned at that count with its revision (58494106586)
+  T.eq(P.count(VLMS.smolvlm_256m, "s").total, 256484928)
   -- OpenGVLab/InternVL2_5-1B: Hub safetensors metadata, as listed in index
   -- file 12439498600
   T.eq(P.count(VLMS.internvl_1b_hf, "i").total, 938193024)
@@ -447,6 +458,14 @@ T.test("Llama 3.2 Vision: tiles, global layers and cross-attention layers", func
     "mllama's cross-attention layers are not simulated yet")
 end)
 
+T.test("Idefics3 splits an image into tiles plus a global image", function()
+  local id = require("models.idefics3")
+  -- 512-pixel tiles, longest edge resized to 2048: 1024 x 768 -> 2048 x 1536
+  -- -> 4 x 3 tiles + 1 global; a 512 x 512 image stays one
+  T.eq(id.tiles(VLMS.smolvlm_256m, 768, 1024), 4 * 3 + 1)
+  T.eq(id.tiles(VLMS.smolvlm_256m, 512, 512, 512), 1)
+end)
+
 T.test("LLaVA-NeXT adds image_newline; Qwen2.5-VL's vision is gated and RMS-normed", function()
   local n = {}
   for k, v in pairs(VLMS.llava_1_5_7b) do n[k] = v end
@@ -460,6 +479,7 @@ end)
 
 T.test("VLM families run train, LoRA and inference", function()
   local all = { VLMS.qwen2_5_vl_3b, VLMS.gemma_3_4b, VLMS.llava_1_5_7b, VLMS.internvl_1b_hf,
+    VLMS.smolvlm_256m,
     preset("qwen3_vl_30b_a3b_instruct") }
   for i, c in ipairs(all) do
     for _, r in ipairs({ { mode = "train", batch = 1, seq = 32 },
