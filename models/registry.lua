@@ -87,6 +87,10 @@ R.FAMILIES = {
     architectures = { "Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration" },
     about = "Idefics3 / SmolVLM: SigLIP-style tower + pixel shuffle + linear projection + "
       .. "Llama, image splitting (models/idefics3.lua)" },
+  { name = "minicpmv", module = "models.minicpmv",
+    model_types = { "minicpmv" }, architectures = { "MiniCPMV" },
+    about = "MiniCPM-V 2.5/2.6/4.5 (remote code): SigLIP-style tower + resampler + "
+      .. "Llama 3 / Qwen2 / Qwen3, image slices (models/minicpmv.lua)" },
   { name = "mllama", module = "models.mllama",
     model_types = { "mllama" }, architectures = { "MllamaForConditionalGeneration" },
     about = "Llama 3.2 Vision: tiled ViT with global layers + projector + Llama with "

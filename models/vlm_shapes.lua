@@ -74,6 +74,21 @@ function M.shape(cfg, where, side)
     out.vision = vit(t, side)
     out.merge = cfg.scale_factor or 2
     out.text = require("models.llava").text_config(cfg)
+  elseif fam == "minicpmv" then
+    -- crops of scale_resolution (448) through the tower; the resampler's
+    -- query_num (64) tokens per crop taken as a merge of the patch grid
+    out.vision = { hidden_size = v.hidden_size, num_hidden_layers = v.num_hidden_layers,
+      num_attention_heads = v.num_attention_heads, intermediate_size = v.intermediate_size,
+      patch_size = v.patch_size, image_size = side }
+    local per_side = side // v.patch_size
+    local k = math.tointeger(math.sqrt(cfg.query_num or 64))
+    out.merge = (k and per_side % k == 0) and per_side // k or 1
+    out.text = {}
+    for key, x in pairs(cfg) do
+      if key ~= "vision_config" and key ~= "slice_config" then out.text[key] = x end
+    end
+    out.text.model_type = require("models.minicpmv").LLM_BY_VERSION[
+      type(cfg.version) == "number" and ("%.1f"):format(cfg.version) or tostring(cfg.version)]
   elseif fam == "internvl_hf" then
     out.vision = vit(v, side, 14)
     if type(out.vision.patch_size) == "table" then out.vision.patch_size = out.vision.patch_size[1] end

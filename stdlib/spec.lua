@@ -154,7 +154,7 @@ end
 
 local VLM_FAMILIES = { qwen2_vl = true, qwen3_vl = true, internvl = true, paligemma = true,
   mistral3 = true, qwen2_5_vl = true, gemma3 = true, llava = true, internvl_hf = true,
-  idefics3 = true }
+  idefics3 = true, minicpmv = true }
 
 -- Image inputs of a VLM run: run.images = {count, width, height, max_pixels}.
 -- The processor's own rules (stdlib/vision_tokens.lua) give the grid.
@@ -189,6 +189,9 @@ function M.vlm_run(r, cfg, path, images, where)
     if type(side) == "table" then side = side[1] end -- [h, w] (square towers)
     if fam == "internvl" or fam == "internvl_hf" then
       count = count * vt.internvl_tiles(h, w).tiles
+    elseif fam == "minicpmv" then -- the source image plus its slices, 448 each
+      side = (cfg.slice_config or {}).scale_resolution or 448
+      count = count * require("models.minicpmv").crops(cfg, h, w)
     elseif fam == "idefics3" then -- image splitting: tiles plus a global image
       side = (cfg.vision_config or {}).image_size or 224
       count = count * require("models.idefics3").tiles(cfg, h, w)

@@ -408,6 +408,14 @@ local VLMS = {
     text_config = { model_type = "llama", vocab_size = 49280, hidden_size = 576,
       intermediate_size = 1536, num_hidden_layers = 30, num_attention_heads = 9,
       num_key_value_heads = 3, tie_word_embeddings = false } },
+  -- MiniCPM-V-2_6: the LLM's (Qwen2-7B) keys at the top level
+  minicpm_v_2_6 = { model_type = "minicpmv", version = 2.6, query_num = 64,
+    hidden_size = 3584, intermediate_size = 18944, num_hidden_layers = 28,
+    num_attention_heads = 28, num_key_value_heads = 4, vocab_size = 151666,
+    tie_word_embeddings = false, drop_vision_last_layer = false,
+    slice_config = { max_slice_nums = 9, scale_resolution = 448, patch_size = 14 },
+    vision_config = { model_type = "siglip", hidden_size = 1152, intermediate_size = 4304,
+      num_hidden_layers = 27, num_attention_heads = 16, image_size = 980, patch_size = 14 } },
   llava_1_5_7b = { model_type = "llava", vision_feature_layer = -2,
     text_config = { model_type = "llama", vocab_size = 32064, max_position_embeddings = 4096 },
     vision_config = { model_type = "clip_vision_model", hidden_size = 1024,
@@ -430,6 +438,9 @@ T.test("VLMs match their published counts", function()
   -- 70239433783); docling-project/SmolDocling-256M-preview, the same
   -- architecture, pinned at that count with its revision (58494106586)
   T.eq(P.count(VLMS.smolvlm_256m, "s").total, 256484928)
+  -- openbmb/MiniCPM-V-2_6: Hub safetensors metadata, as listed in index file
+  -- 12439498600
+  T.eq(P.count(VLMS.minicpm_v_2_6, "mc").total, 8099175152)
   -- OpenGVLab/InternVL2_5-1B: Hub safetensors metadata, as listed in index
   -- file 12439498600
   T.eq(P.count(VLMS.internvl_1b_hf, "i").total, 938193024)
@@ -466,6 +477,17 @@ T.test("Idefics3 splits an image into tiles plus a global image", function()
   T.eq(id.tiles(VLMS.smolvlm_256m, 512, 512, 512), 1)
 end)
 
+T.test("MiniCPM-V slices an image by its area and aspect", function()
+  local mc = require("models.minicpmv")
+  -- 448 x 448: no slices; 1344 x 896 (6 x 448^2): grids of 5, 6 or 7
+  -- slices, 3 x 2 matches the 3:2 aspect best -> 1 + 6 crops
+  T.eq(mc.crops(VLMS.minicpm_v_2_6, 448, 448), 1)
+  T.eq(mc.crops(VLMS.minicpm_v_2_6, 896, 1344), 7)
+  T.raises(function() P.count({ model_type = "minicpmv", version = 3.0,
+    vision_config = VLMS.minicpm_v_2_6.vision_config }, "m.json") end,
+    "m.json: version: MiniCPM-V version '3.0' is not modelled")
+end)
+
 T.test("LLaVA-NeXT adds image_newline; Qwen2.5-VL's vision is gated and RMS-normed", function()
   local n = {}
   for k, v in pairs(VLMS.llava_1_5_7b) do n[k] = v end
@@ -479,7 +501,7 @@ end)
 
 T.test("VLM families run train, LoRA and inference", function()
   local all = { VLMS.qwen2_5_vl_3b, VLMS.gemma_3_4b, VLMS.llava_1_5_7b, VLMS.internvl_1b_hf,
-    VLMS.smolvlm_256m,
+    VLMS.smolvlm_256m, VLMS.minicpm_v_2_6,
     preset("qwen3_vl_30b_a3b_instruct") }
   for i, c in ipairs(all) do
     for _, r in ipairs({ { mode = "train", batch = 1, seq = 32 },
