@@ -180,6 +180,15 @@ function M.vlm_run(r, cfg, path, images, where)
     shape = shapes.shape(cfg, path, patch)
     -- the merged grid is rows x cols; the patch grid twice that each way
     shape.vision.grid_h, shape.vision.grid_w = 2 * t.rows, 2 * t.cols
+  elseif fam == "llava" and cfg.model_type == "llava"
+      and type(cfg.vision_config) == "table" and cfg.vision_config.model_type == "pixtral" then
+    -- LLaVA with a Pixtral tower (Pixtral-12B): Pixtral's own resolution
+    -- rule, no spatial merge
+    local vc = cfg.vision_config
+    local t = vt.pixtral(h, w, { longest_edge = vc.image_size or 1024,
+      patch_size = vc.patch_size or 16, merge_size = 1 })
+    shape = shapes.shape(cfg, path, vc.patch_size or 16)
+    shape.vision.grid_h, shape.vision.grid_w = t.rows, t.cols
   elseif fam == "llava" and cfg.model_type ~= "llava" then
     errors.input(path, "model_type", ("%s's any-resolution tiling (a base image plus grid "
       .. "tiles and newline tokens) is not simulated yet; `vramlua params` counts the model")

@@ -171,9 +171,10 @@ end)
 
 -- A run of config (a table) cut to `layers` layers, through a run spec.
 -- The config goes to a temporary file (the suite runs with --trust).
-local function run_of(config, layers, run)
+-- Quantized presets run dequantized here unless keep_quant says otherwise.
+local function run_of(config, layers, run, keep_quant)
   assert(T.tmpfile, "test_families needs `vramlua --trust run`")
-  config.quantization_config = nil
+  if not keep_quant then config.quantization_config = nil end
   local path = T.tmpfile(vram.json.encode(config))
   return spec.normalize({ model = { config = path, overrides = { num_hidden_layers = layers } },
     run = run }, "spec.yaml")
@@ -488,6 +489,20 @@ T.test("MiniCPM-V slices an image by its area and aspect", function()
     "m.json: version: MiniCPM-V version '3.0' is not modelled")
 end)
 
+T.test("LLaVA with a Pixtral tower runs at Pixtral's resolution", function()
+  local c = { model_type = "llava", multimodal_projector_bias = true,
+    text_config = { model_type = "mistral", vocab_size = 131072, hidden_size = 5120,
+      intermediate_size = 14336, num_hidden_layers = 40, num_attention_heads = 32,
+      num_key_value_heads = 8, head_dim = 128 },
+    vision_config = { model_type = "pixtral", hidden_size = 1024, intermediate_size = 4096,
+      num_hidden_layers = 24, num_attention_heads = 16, image_size = 1024, patch_size = 16 } }
+  local run = run_of(c, 2, { mode = "inference", batch = 1, seq = 16,
+    images = { count = 1, width = 1024, height = 512 } })
+  -- 1024 x 512 at patch 16, no merge: a 32 x 64 patch grid
+  T.eq(run.vision.grid_h * run.vision.grid_w, 32 * 64)
+  T.ok(step.run(run).peak > 0)
+end)
+
 T.test("LLaVA-NeXT adds image_newline; Qwen2.5-VL's vision is gated and RMS-normed", function()
   local n = {}
   for k, v in pairs(VLMS.llava_1_5_7b) do n[k] = v end
@@ -517,4 +532,21 @@ T.test("VLM families run train, LoRA and inference", function()
   n.model_type = "llava_onevision"
   T.raises(function() run_of(n, 2, { batch = 1, seq = 8 }) end,
     "any-resolution tiling (a base image plus grid tiles and newline tokens) is not simulated")
+end)
+
+T.test("a GPTQ checkpoint's weights: packed projections, bf16 embeddings, norms and head", function()
+  local c = { model_type = "llama", hidden_size = 64, intermediate_size = 128,
+    num_hidden_layers = 2, num_attention_heads = 4, vocab_size = 100,
+    tie_word_embeddings = false,
+    quantization_config = { quant_method = "gptq", bits = 4, group_size = 32 } }
+  local run = run_of(c, 2, { mode = "inference", batch = 1, seq = 1,
+    framework = "pytorch-cpu" }, true)
+  -- one projection: qweight in*out/2, qzeros 4 x groups x out/8, fp16
+  -- scales 2 x groups x out, g_idx 4 x in, with groups = in / 32
+  local function gptq(out, inn)
+    local g = inn // 32
+    return inn * out // 2 + 4 * g * (out // 8) + 2 * g * out + 4 * inn
+  end
+  local layer = 4 * gptq(64, 64) + 2 * gptq(128, 64) + gptq(64, 128) + 2 * 64 * 2
+  T.eq(step.run(run).live_by_category.weights, 100 * 64 * 2 + 2 * layer + 64 * 2 + 100 * 64 * 2)
 end)
