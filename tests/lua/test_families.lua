@@ -82,6 +82,17 @@ T.test("dense variants match their published counts", function()
   -- loading script (index file 29151670186); the -hf conversion has the
   -- same tensors
   T.eq(count("glm_4_9b").total, 9399951360)
+  -- llama.cpp's n-params of two GGUF language models (index file
+  -- 37074310570): Gemma-3-27B's text model and GLM-4.6V-Flash's, a glm4
+  -- (four norms per layer) with GLM-4-9B's shapes
+  T.eq(P.count(cfg({ model_type = "gemma3_text", vocab_size = 262208, hidden_size = 5376,
+    intermediate_size = 21504, num_hidden_layers = 62, num_attention_heads = 32,
+    num_key_value_heads = 16, head_dim = 128, tie_word_embeddings = true }), "g").total,
+    27009346304)
+  local glm4 = {}
+  for k, v in pairs(CONFIGS.glm_4_9b) do glm4[k] = v end
+  glm4.model_type = "glm4"
+  T.eq(P.count(glm4, "glm4").total, 9400279040)
 end)
 
 T.test("MoE variants match their published counts", function()
