@@ -561,3 +561,13 @@ T.test("a GPTQ checkpoint's weights: packed projections, bf16 embeddings, norms 
   local layer = 4 * gptq(64, 64) + 2 * gptq(128, 64) + gptq(64, 128) + 2 * 64 * 2
   T.eq(step.run(run).live_by_category.weights, 100 * 64 * 2 + 2 * layer + 64 * 2 + 100 * 64 * 2)
 end)
+
+T.test("a spec may name its model by hub id or by its folder", function()
+  -- no Hugging Face cache here: the preset that records the hub id answers
+  local r = spec.normalize({ model = { config = "openai/gpt-oss-20b" },
+    run = { mode = "inference", batch = 1, seq = 8 } }, vram.share_dir .. "/spec.yaml")
+  T.ok(r.config_path:find("examples/configs/gpt_oss_20b.json", 1, true), r.config_path)
+  local d = spec.normalize({ model = { config = FIX .. "ckpt_qwen2_tiny" },
+    run = { mode = "inference", batch = 1, seq = 8 } }, vram.share_dir .. "/spec.yaml")
+  T.eq(d.config_path, FIX .. "ckpt_qwen2_tiny/config.json")
+end)
