@@ -55,7 +55,9 @@ V.gemma = { tie = true, head_dim = 256, read = function(c, m)
 end }
 -- Gemma 2: four norms per layer (sandwich), (1 + w) fp32 RMSNorm, sqrt(H)
 -- embedding scale, tanh soft-capping of attention scores and final logits
-V.gemma2 = { tie = true, head_dim = 256, read = function(c, m)
+V.gemma2 = { tie = true, head_dim = 256,
+  sliding = function(_, i) return i % 2 == 0 end, -- Gemma2: not bool(layer_idx % 2)
+  read = function(c, m)
   m.norms, m.norm_kind, m.embed_scale = "sandwich", "gemma", true
   m.qkv_bias = c:bool("attention_bias", false)
   m.o_bias = m.qkv_bias
@@ -67,7 +69,9 @@ V.gemma2 = { tie = true, head_dim = 256, read = function(c, m)
 end }
 -- Gemma 3 text: Gemma 2 plus q_norm/k_norm per head, no soft-capping by
 -- default, a 262k vocabulary
-V.gemma3_text = { tie = true, head_dim = 256, read = function(c, m)
+V.gemma3_text = { tie = true, head_dim = 256,
+  sliding = function(c, i) return (i + 1) % c:int("sliding_window_pattern", 6) ~= 0 end,
+  read = function(c, m)
   m.norms, m.norm_kind, m.embed_scale = "sandwich", "gemma", true
   m.qkv_bias = c:bool("attention_bias", false)
   m.o_bias = m.qkv_bias
@@ -83,7 +87,8 @@ V.olmo2 = { tie = false, read = function(c, m)
   m.qkv_bias = c:bool("attention_bias", false)
   m.o_bias = m.qkv_bias
 end }
-V.olmo3 = { tie = false, read = function(c, m)
+V.olmo3 = { tie = false, sliding = function(_, i) return (i + 1) % 4 ~= 0 end,
+  read = function(c, m)
   V.olmo2.read(c, m)
   m.sliding_window = c:int("sliding_window", 4096, true)
 end }
@@ -187,6 +192,7 @@ V.deepseek_v3 = { tie = false, models = DS_KEYS, read = function(c, m) deepseek(
 -- gpt-oss: biases everywhere, a learned attention sink per head, fused
 -- (E, H, 2I) experts with biases and a clamped GLU, a router with a bias
 V.gpt_oss = { tie = false, head_dim = 64, models = { "num_local_experts" },
+  sliding = function(_, i) return i % 2 == 0 end,
   read = function(c, m)
   m.qkv_bias = c:bool("attention_bias", true)
   m.o_bias = m.qkv_bias
@@ -275,6 +281,19 @@ function D.normalize(cfg, where)
       for i = 1, m.layers do m.moe_layers[i] = true end
     end
     if not o.experts then m.moe, m.moe_layers = nil, nil end
+  end
+  -- which layers slide (their KV cache keeps sliding_window - 1 tokens):
+  -- layer_types when the config lists them, else the model's own pattern
+  if m.sliding_window and var.sliding then
+    local lt = cfg.layer_types
+    m.sliding_layers = {}
+    for i = 1, math.min(m.layers, 65536) do
+      if type(lt) == "table" then
+        m.sliding_layers[i] = lt[i] == "sliding_attention"
+      else
+        m.sliding_layers[i] = var.sliding(c, i - 1)
+      end
+    end
   end
   m.uniform = true
   for i = 2, m.moe_layers and m.layers or 0 do
@@ -568,17 +587,23 @@ local function layer_forward(S, P, l, x, ctx, idx)
   local k_contig = false
   if ctx.cache then
     local c = ctx.cache[idx]
+    -- a sliding-window layer's cache (DynamicSlidingWindowLayer) keeps the
+    -- last window - 1 tokens as a view of each step's cat
+    local win = m.sliding_layers and m.sliding_layers[idx] and m.sliding_window
     if c then -- DynamicCache: torch.cat([old, new]) per step
-      local nk = S:new_tensor(c.k.n + ke.n, ke.dt, "kv_cache.cat", false, "kv_cache")
-      local nv = S:new_tensor(c.v.n + v.n, v.dt, "kv_cache.cat", false, "kv_cache")
+      local kept = c.k.n // ke.n -- tokens of one step's size held
+      if win then kept = math.min(kept, win - 1) end
+      local nk = S:new_tensor((kept + 1) * ke.n, ke.dt, "kv_cache.cat", false, "kv_cache")
+      local nv = S:new_tensor((kept + 1) * v.n, v.dt, "kv_cache.cat", false, "kv_cache")
       S:drop(c.k, c.v)
       c.k, c.v = nk, nv
+      tk = kept + ctx.seq
     else
       c = { k = S:view(ke), v = S:view(v) }
       ctx.cache[idx] = c
+      tk = ctx.past + ctx.seq
     end
     kk, vv = c.k, c.v
-    tk = ctx.past + ctx.seq
     k_contig = ctx.past > 0 -- cat output is contiguous
   end
   local attn, weights = layers.eager_attention(S, qe, kk, vv, ctx.mask, {

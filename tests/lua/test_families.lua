@@ -571,3 +571,17 @@ T.test("a spec may name its model by hub id or by its folder", function()
     run = { mode = "inference", batch = 1, seq = 8 } }, vram.share_dir .. "/spec.yaml")
   T.eq(d.config_path, FIX .. "ckpt_qwen2_tiny/config.json")
 end)
+
+T.test("a sliding-window layer's cache keeps the window, not the sequence", function()
+  local c = preset("gpt_oss_20b")
+  c.sliding_window = 16
+  local r = { mode = "generate", batch = 1, seq = 256, generate_tokens = 64,
+    framework = "pytorch-cpu" }
+  local slide = step.run(run_of(c, 2, r)) -- layer 0 slides, layer 1 attends to all
+  c.layer_types = { "full_attention", "full_attention" }
+  local full = step.run(run_of(c, 2, r))
+  -- by the last step the full layer 0 holds 256 + 63 tokens of K and V,
+  -- the sliding one 15 (plus the step's own)
+  T.ok(slide.phase_peaks.decode < full.phase_peaks.decode, "decode peaks")
+  T.eq(slide.phase_peaks.prefill, full.phase_peaks.prefill) -- prefill keeps every token
+end)
