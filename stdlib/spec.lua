@@ -64,11 +64,15 @@ function M.resolve(path, spec_dir, spec_file)
   -- a folder holding config.json, or a Hugging Face hub id (the local hub
   -- cache, then a preset that records it): stdlib/resolve.lua
   local res = require("stdlib.resolve")
-  if (refusal and refusal:find("is a directory", 1, true)) or res.is_hub_id(path) then
+  local folder = refusal and refusal:find("is a directory", 1, true)
+  if folder or res.is_hub_id(path) then
     local reg = require("models.registry")
-    local r = res.model(path, { base_dir = spec_dir, presets = reg.PRESETS,
+    local ok, r = pcall(res.model, path, { base_dir = spec_dir, presets = reg.PRESETS,
       preset_path = reg.preset_path, where = where, field = "model.config" })
-    return r.path, r.config
+    if ok then return r.path, r.config end
+    -- a folder without config.json: say so, not that a hub id is unknown
+    if not folder then error(r, 0) end
+    errors.input(where, "model.config", refusal .. " holding no config.json")
   end
   if refusal then errors.input(where, "model.config", refusal) end
   errors.input(where, "model.config", ("cannot find '%s' (looked beside the spec and in %s)")
