@@ -124,10 +124,12 @@ local function route(S, x, B, rows, label)
   else
     logits = layers.linear(S, x, B.router, rows)
   end
-  -- softmax (or sigmoid) in fp32 over the experts
-  local probs = S:new_tensor(rows * E, FP32, label .. ".router_scores", S:rg(logits))
-  S:node(label .. ".router_scores", { probs }, { { logits, S:bytes(logits.dt, rows * E) } },
-    { probs })
+  -- softmax (or sigmoid) in fp32 over the experts: F.softmax(dtype=float)
+  -- casts a lower-precision input to an fp32 copy first
+  local l32 = S:to(logits, FP32, label .. ".router_logits_float")
+  local probs = S:new_tensor(rows * E, FP32, label .. ".router_scores", S:rg(l32))
+  S:node(label .. ".router_scores", { probs }, { { l32, l32.b } }, { probs })
+  S:drop(l32)
   local sel_src = probs
   if o.score_bias then -- scores + e_score_correction_bias picks, scores weigh
     sel_src = S:new_tensor(rows * E, FP32, label .. ".scores_for_choice", false)
@@ -204,15 +206,19 @@ local function loop(S, x, B, w, rows, label)
     local n = counts[e]
     if n > 0 then
       local el = label .. ".expert"
-      local where = S:new_tensor(2 * n, "int64", el .. ".where", false) -- idx, top_x
+      -- torch.where(expert_mask[e].squeeze(0)): the indexing copies the
+      -- expert's (k, rows) int64 slice; where returns idx and top_x
+      S:temp(S:bytes("int64", rows * k), el .. ".mask_slice")
+      local slot = S:new_tensor(n, "int64", el .. ".where_idx", false)
+      local top_x = S:new_tensor(n, "int64", el .. ".where_top_x", false)
       -- hidden_states[top_x]: IndexBackward scatters into a zero (rows, H)
       local xe = S:new_tensor(n * H, x.dt, el .. ".gather", S:rg(x))
-      S:node(el .. ".gather", { where }, { { x, S:bytes(x.dt, rows * H) } }, { xe })
+      S:node(el .. ".gather", { top_x }, { { x, S:bytes(x.dt, rows * H) } }, { xe })
       local ye = expert_mlp(S, xe, B, e, n, el)
       S:drop(xe)
       -- routing_weights[top_x, idx, None]
       local we = S:new_tensor(n, w.dt, el .. ".weight", S:rg(w))
-      S:node(el .. ".weight", { where }, { { w, w.b } }, { we })
+      S:node(el .. ".weight", { top_x, slot }, { { w, w.b } }, { we })
       local wy = S:new_tensor(n * H, S.promote(ye.dt, we.dt), el .. ".weighted", S:rg(ye, we))
       S:node(el .. ".weighted", { ye, we }, { { ye }, { we } }, { wy })
       S:drop(ye, we)
@@ -229,11 +235,11 @@ local function loop(S, x, B, w, rows, label)
         ver.b, ver.n = final.b, final.n
         local edges = { { src, S:bytes(acc_dt, n * H) } }
         if prev then edges[2] = { prev, alias = 1 } end
-        S:node(el .. ".index_add", { where }, edges, { ver })
+        S:node(el .. ".index_add", { top_x }, edges, { ver })
         if prev then S:drop(prev) end
         prev = ver
       end
-      S:drop(src, where)
+      S:drop(src, slot, top_x)
     end
   end
   S:drop(mask)
