@@ -1,7 +1,10 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "sandbox.h"
 
+#include <cjson/cJSON.h>
 #include <lauxlib.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <lualib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +41,37 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   return p;
 }
 
-lua_State *vh_newstate(vh_limits *lim) { return lua_newstate(limited_alloc, lim); }
+/* vram.json.encode builds a cJSON tree and prints it, with malloc unless
+ * told otherwise; cJSON's hooks take no user data, so the process's state
+ * lends them its budget (vramlua runs one state). Each block carries its
+ * size, which limited_alloc needs to free it. */
+static vh_limits *cjson_budget;
+
+typedef union {
+  size_t n;
+  max_align_t align;
+} cj_head;
+
+static void *cj_malloc(size_t n) {
+  if (n > SIZE_MAX - sizeof(cj_head)) return NULL;
+  cj_head *h = (cj_head *)limited_alloc(cjson_budget, NULL, 0, n + sizeof *h);
+  if (!h) return NULL;
+  h->n = n + sizeof *h;
+  return h + 1;
+}
+
+static void cj_free(void *p) {
+  if (!p) return;
+  cj_head *h = (cj_head *)p - 1;
+  limited_alloc(cjson_budget, h, h->n, 0);
+}
+
+lua_State *vh_newstate(vh_limits *lim) {
+  cjson_budget = lim;
+  cJSON_Hooks hooks = {cj_malloc, cj_free};
+  cJSON_InitHooks(&hooks);
+  return lua_newstate(limited_alloc, lim);
+}
 
 static vh_limits *limits(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, LIMITS_KEY);
