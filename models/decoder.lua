@@ -421,6 +421,8 @@ function D.build(S, m, opts)
   if stage.embed or (stage.head and m.tie) then
     P.embed = S:param(m.vocab * (m.factor or H), dt, tr("embed_tokens"), "embed_tokens")
     P.embed.rows = m.vocab -- a matrix, for factored optimizer states
+    local elo = stage.embed and not m.factor and lo("embed_tokens")
+    if elo then P.embed_lora = layers.new_embedding_lora(S, m.vocab, H, elo.r, "embed_tokens") end
   end
   if m.factor then
     P.embed_proj = layers.new_linear(S, m.factor, H, false, dt, tr("embed_tokens"),
@@ -486,7 +488,10 @@ function D.build(S, m, opts)
   if stage.head then
     P.norm = norm("norm", H)
     if m.tie then
-      P.head = { w = P.embed, out = m.vocab, inn = H, label = "lm_head" }
+      -- peft wraps the tied lm_head Linear too: adapters over the shared weight
+      local hlo = not m.factor and lo("lm_head")
+      P.head = { w = P.embed, out = m.vocab, inn = H, label = "lm_head",
+        lora = hlo and layers.new_lora(S, H, m.vocab, hlo.r, "lm_head") or nil }
     else
       P.head = lin("lm_head", H, m.vocab, false)
     end
@@ -778,6 +783,7 @@ function D.embed(S, P, rows)
     return out
   end
   local e = layers.embedding(S, P.embed, rows, P.m.hidden, "embed_tokens", P.m.tie)
+  if P.embed_lora then e = layers.embedding_lora(S, e, P.embed_lora, rows, "embed_tokens") end
   if P.m.embed_scale then -- Gemma: embeddings * sqrt(hidden_size) in the model dtype
     local sc = S:op("embed_tokens.scale", e.n, e.dt, { e }, {}, { { e } })
     S:drop(e)

@@ -18,7 +18,7 @@ M.KNOBS = {
   batch = function(run, v) run.batch = v end,
   seq = function(run, v) run.seq = v end,
   lora_rank = function(run, v)
-    run.lora = run.lora or { alpha = 2 * v, targets = { "q_proj", "k_proj", "v_proj", "o_proj" } }
+    run.lora = run.lora or step.default_lora(v)
     run.lora.r = v
   end,
 }
@@ -70,7 +70,7 @@ M.MENU = {
     edit = function(r) r.optimizer.name = "adafactor"; r.optimizer.state_dtype = "fp32" end },
   { name = "LoRA r=16", cost = 3, note = "adapters only: lower capacity than full fine-tuning",
     edit = function(r)
-      r.lora = { r = 16, alpha = 32, targets = { "q_proj", "k_proj", "v_proj", "o_proj" } }
+      r.lora = step.default_lora(16, 32)
     end },
   { name = "half the batch, twice the accumulation", cost = 1,
     note = "same effective batch, ~same compute, more steps",

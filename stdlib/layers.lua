@@ -42,14 +42,34 @@ function L.new_linear(S, inn, out, bias, dt, trainable, label, lora, quant)
     end
   end
   if bias then lin.b = S:param(out, dt, trainable, label .. ".bias") end
-  if lora then
-    lin.lora = {
-      a = S:param(inn * lora.r, FP32, true, label .. ".lora_A"),
-      b = S:param(lora.r * out, FP32, true, label .. ".lora_B"),
-      r = lora.r,
-    }
-  end
+  if lora then lin.lora = L.new_lora(S, inn, out, lora.r, label) end
   return lin
+end
+
+-- peft's adapter pair on a linear of inn -> out: lora_A (r x inn) and
+-- lora_B (out x r), fp32 (get_peft_model's autocast_adapter_dtype).
+function L.new_lora(S, inn, out, r, label)
+  return { a = S:param(inn * r, FP32, true, label .. ".lora_A"),
+    b = S:param(r * out, FP32, true, label .. ".lora_B"), r = r }
+end
+
+-- peft's LoRA on an nn.Embedding (vocab x dim): lora_embedding_A (r x vocab)
+-- and lora_embedding_B (dim x r), fp32.
+function L.new_embedding_lora(S, vocab, dim, r, label)
+  return { a = S:param(vocab * r, FP32, true, label .. ".lora_embedding_A"),
+    b = S:param(dim * r, FP32, true, label .. ".lora_embedding_B"), r = r, vocab = vocab }
+end
+
+-- peft lora.Embedding.forward after the base lookup `e` (rows x dim):
+-- after_A = F.embedding(ids, A.T) (fp32, rows x r; its backward a dense
+-- vocab x r gradient), then (after_A @ B.T) * scaling added as in L.linear.
+function L.embedding_lora(S, e, lo, rows, label)
+  local dim = e.n // rows
+  local after_a = S:op(label .. ".lora_embedding_A", rows * lo.r, FP32, { lo.a }, {},
+    { { lo.a } })
+  local ab = matmul(S, after_a, lo.b, nil, rows, dim, label .. ".lora_embedding_B")
+  S:drop(after_a)
+  return L.lora_add(S, e, ab, label)
 end
 
 -- x @ W^T (+ b) over `rows` rows. MmBackward saves the input only when the
@@ -98,11 +118,15 @@ function L.linear(S, x, lin, rows)
   S:drop(x32)
   local bb = matmul(S, a, lo.b, nil, rows, lin.out, label .. ".lora_B")
   S:drop(a)
+  return L.lora_add(S, base, bb, label)
+end
+
+-- base + adapter_out * scaling, cast back to base's dtype; lets go of both.
+-- An fp32 adapter output promotes a bf16 base to fp32; under autocast the
+-- adapter's linears run in bf16 and the sum stays bf16.
+function L.lora_add(S, base, bb, label)
   local scaled = S:op(label .. ".lora_scale", bb.n, bb.dt, { bb }, {}, { { bb } })
   S:drop(bb)
-  -- an fp32 adapter output promotes a bf16 base to fp32; under autocast the
-  -- adapter's linears run in bf16 and the sum stays bf16. The sum is cast
-  -- back to the base result's dtype.
   local sum_dt = S.promote(base.dt, scaled.dt)
   local sum = S:op(label .. ".lora_add", base.n, sum_dt, { base, scaled }, {},
     { { base, alias = 1 }, { scaled, alias = 1 } }, mixed(S, base.dt, scaled.dt, base.n))

@@ -65,7 +65,9 @@ function M.simulate(family, run)
   local rl = run.rl or {}
   local S = step.new_sim(run)
   local params = step.recording(S)
-  local P = family.build(S, run, step.policies(run))
+  local pol, check = step.policies(run)
+  local P = family.build(S, run, pol)
+  check()
   local trainable = step.trainable(S, params)
   local ref
   if rl.reference then

@@ -328,10 +328,13 @@ function M.normalize(spec, where, loaded)
     local lo = run.lora
     check_keys(lo, { rank = 1, alpha = 1, targets = 1 }, where, "run.lora.")
     local lr = cfgutil.reader(lo, where, "run.lora.")
-    local targets = lo.targets or { "q_proj", "k_proj", "v_proj", "o_proj" }
-    if targets ~= "all-linear" then M.names(targets, where, "run.lora.targets") end
-    r.lora = { r = lr:int("rank"), alpha = lr:num("alpha", 2 * lr:int("rank")),
-      targets = targets }
+    if lo.targets ~= nil and lo.targets ~= "all-linear" then
+      M.names(lo.targets, where, "run.lora.targets")
+    end
+    r.lora = lo.targets == nil and require("stdlib.step").default_lora(lr:int("rank"),
+      lr:num("alpha", 2 * lr:int("rank"))) or { r = lr:int("rank"),
+      alpha = lr:num("alpha", 2 * lr:int("rank")), targets = lo.targets }
+    r.lora.where = where
   end
   -- precision.weights: linear weights kept packed (nf4 for QLoRA, nvfp4,
   -- fp8) and dequantized per matmul into the compute dtype

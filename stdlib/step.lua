@@ -5,28 +5,66 @@
 local Sim = require("stdlib.sim")
 local optim = require("stdlib.optim")
 local loss = require("stdlib.loss")
+local errors = require("stdlib.errors")
 
 local M = {}
 
+-- peft's "all-linear": every nn.Linear but the output layer (lm_head, a
+-- classifier), fused and latent-attention projections included.
 local LINEAR_LEAVES = { q_proj = true, k_proj = true, v_proj = true, o_proj = true,
   gate_proj = true, up_proj = true, down_proj = true, out_proj = true, fc1 = true, fc2 = true,
-  linear_1 = true, linear_2 = true }
+  linear_1 = true, linear_2 = true, qkv_proj = true, gate_up_proj = true, q_a_proj = true,
+  q_b_proj = true, kv_a_proj_with_mqa = true, kv_b_proj = true }
+
+-- lora.targets when a run names none: the attention projections, fused
+-- qkv_proj where the family has it (Phi-3); the names a model lacks are
+-- skipped, but at least one must match.
+M.DEFAULT_LORA_TARGETS = { "q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj" }
+function M.default_lora(r, alpha)
+  return { r = r, alpha = alpha or 2 * r, targets = M.DEFAULT_LORA_TARGETS, default = true }
+end
 
 -- trainable(name) and lora(name) for a module leaf name under a run.
 -- part: which tower the module belongs to ("llm", "vision", "projector").
+-- The second value, check(), raises when a name in lora.targets matched no
+-- module the family built: a target is never dropped silently.
 local function policies(run)
   local frozen = {}
   for _, f in ipairs(run.frozen or {}) do frozen[f] = true end
   local lo = run.lora
-  local targets = {}
+  local targets, seen = {}, {}
   if lo and lo.targets ~= "all-linear" then
     for _, t in ipairs(lo.targets) do targets[t] = true end
   end
   local function lora_for(name, part)
+    seen[name] = true
     if not lo or frozen[part] then return nil end -- a frozen tower gets no adapters
-    if name == "lm_head" or name == "classifier" then return nil end
-    if lo.targets == "all-linear" and LINEAR_LEAVES[name] or targets[name] then
+    if lo.targets == "all-linear" then
+      -- embed_tokens and lm_head are queried too; all-linear skips both
+      return LINEAR_LEAVES[name] and { r = lo.r } or nil
+    end
+    if targets[name] then
+      if name == "classifier" then
+        errors.input(lo.where, "run.lora.targets", "'classifier' trains in full "
+          .. "(peft's modules_to_save), it takes no adapter")
+      end
       return { r = lo.r }
+    end
+  end
+  local function check()
+    if not lo or lo.targets == "all-linear" then return end
+    local known = {}
+    for k in pairs(seen) do known[#known + 1] = k end
+    table.sort(known)
+    local any = false
+    for _, t in ipairs(lo.targets) do any = any or seen[t] end
+    for i, t in ipairs(lo.targets) do
+      if not seen[t] and not (lo.default and any) then
+        local hint = errors.suggest(t, known)
+        errors.input(lo.where, "run.lora.targets[" .. i .. "]", ("no module named '%s' in "
+          .. "this model%s"):format(t, hint and ("; did you mean '" .. hint .. "'?")
+          or (" (modules: " .. table.concat(known, ", ") .. ")")))
+      end
     end
   end
   return function(part)
@@ -37,7 +75,7 @@ local function policies(run)
       return true
     end
     return trainable, function(name) return lora_for(name, part) end
-  end
+  end, check
 end
 M.policies = policies
 
@@ -109,7 +147,9 @@ end
 function M.simulate(family, run)
   local S = M.new_sim(run)
   local all = recording(S)
-  local model = family.build(S, run, policies(run))
+  local pol, check = policies(run)
+  local model = family.build(S, run, pol)
+  check()
   S.param = nil
   local train = run.mode == "train"
   local trainable = trainable_params(S, all)

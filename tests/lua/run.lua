@@ -46,6 +46,7 @@ local MODULES = {
   "test_vram",
   "test_json_yaml",
   "test_simulator",
+  "test_adapters",
   "test_recipes",
   "test_models",
   "test_families",
