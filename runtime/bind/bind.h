@@ -24,8 +24,10 @@ void vb_open_tape(lua_State *L);   /* adds vram.tape to the table on top */
 void vb_open_terms(lua_State *L);  /* adds the closed-form terms */
 void vb_open_trace(lua_State *L);  /* adds vram.fit_program (compiled estimates) */
 void vb_open_write(lua_State *L);  /* adds vram.write_file (lwrite.c) */
-struct vr_tape;
-int vb_tape_take_trace(lua_State *L, struct vr_tape *t); /* pushes a vram.trace or nothing */
+struct vr_trace;
+/* Pushes an empty vram.trace and returns its slot (ltape.c fills it: the
+ * box exists before the trace leaves the tape, so no error can leak it). */
+struct vr_trace **vb_push_trace_box(lua_State *L);
 int vb_open_json(lua_State *L);    /* pushes the vram.json table */
 int vb_open_yaml(lua_State *L);    /* pushes the vram.yaml table */
 int vb_open_text(lua_State *L);    /* pushes the vram.text table (lfiles.c) */

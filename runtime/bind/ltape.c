@@ -317,9 +317,10 @@ static void push_cats(lua_State *L, const int64_t *by) {
 /* t:stats() -> {live, peak, peak_phase, peak_op, at_peak = {cat = bytes},
  *               live_by_category, phase_peaks = {phase = bytes}} */
 static int l_stats(lua_State *L) {
-  vr_tape *t = check(L);
   vr_tape_stats s;
-  vr_tape_stats_get(t, &s);
+  vr_tape_stats_get(check(L), &s);
+  /* Lua allocates from here on, and a collection step may run a finalizer
+   * that closes this tape: every read from it goes through check again */
   lua_createtable(L, 0, 7);
   lua_pushinteger(L, (lua_Integer)s.live);
   lua_setfield(L, -2, "live");
@@ -327,10 +328,10 @@ static int l_stats(lua_State *L) {
   lua_setfield(L, -2, "peak");
   lua_pushinteger(L, (lua_Integer)s.peak_reserved);
   lua_setfield(L, -2, "peak_reserved");
-  lua_pushstring(L, vr_tape_string(t, s.peak_phase));
+  lua_pushstring(L, vr_tape_string(check(L), s.peak_phase));
   lua_setfield(L, -2, "peak_phase");
   if (s.peak_label >= 0) {
-    lua_pushstring(L, vr_tape_string(t, s.peak_label));
+    lua_pushstring(L, vr_tape_string(check(L), s.peak_label));
     lua_setfield(L, -2, "peak_op");
   }
   push_cats(L, s.peak_by_cat);
@@ -339,11 +340,11 @@ static int l_stats(lua_State *L) {
   lua_setfield(L, -2, "live_by_category");
   /* every phase reached (the string table holds no more than 2^20) */
   lua_newtable(L);
-  for (int i = 0, n = vr_tape_nstrings(t); i < n; i++) {
-    int64_t peak = vr_tape_phase_peak(t, i);
+  for (int i = 0; i < vr_tape_nstrings(check(L)); i++) {
+    int64_t peak = vr_tape_phase_peak(check(L), i);
     if (peak <= 0) continue;
     lua_pushinteger(L, (lua_Integer)peak);
-    lua_setfield(L, -2, vr_tape_string(t, i));
+    lua_setfield(L, -2, vr_tape_string(check(L), i));
   }
   lua_setfield(L, -2, "phase_peaks");
   return 1;
@@ -365,7 +366,15 @@ static int l_trace(lua_State *L) {
   return st ? fail(L, "trace", st) : 0;
 }
 
-static int l_take_trace(lua_State *L) { return vb_tape_take_trace(L, check(L)); }
+/* t:take_trace() -> vram.trace (nil when the tape was not tracing) */
+static int l_take_trace(lua_State *L) {
+  check(L);
+  /* the box first (raising later would leak the trace); creating it may
+   * run a finalizer, so the tape is looked up again after */
+  struct vr_trace **slot = vb_push_trace_box(L);
+  *slot = vr_tape_take_trace(check(L));
+  return *slot ? 1 : 0;
+}
 
 /* t:mark() -> live, reserved bytes; in a trace, a point composed layers
  * measure from */
@@ -383,10 +392,10 @@ static int l_mark(lua_State *L) {
 
 /* t:names() -> {interned strings by index}: labels and phases */
 static int l_names(lua_State *L) {
-  vr_tape *t = check(L);
+  check(L);
   lua_newtable(L);
   for (int i = 0;; i++) {
-    const char *s = vr_tape_string(t, i);
+    const char *s = vr_tape_string(check(L), i); /* (a finalizer may close it) */
     if (!s) break;
     lua_pushstring(L, s);
     lua_rawseti(L, -2, i + 1);
@@ -411,18 +420,20 @@ static int l_timeline_len(lua_State *L) {
 /* t:timeline_event(i) -> delta, category, phase, recompute, label|nil
  * (i from 1 to timeline_len) */
 static int l_timeline_event(lua_State *L) {
-  vr_tape *t = check(L);
   lua_Integer i = luaL_checkinteger(L, 2);
-  const vr_tl_event *e = i >= 1 ? vr_tape_timeline_at(t, (size_t)(i - 1)) : NULL;
-  if (!e)
+  vr_tape *t = check(L);
+  const vr_tl_event *at = i >= 1 ? vr_tape_timeline_at(t, (size_t)(i - 1)) : NULL;
+  if (!at)
     return luaL_argerror(L, 2, lua_pushfstring(L, "no timeline event %I (the tape kept %I)", i,
                                                (lua_Integer)vr_tape_timeline_len(t)));
-  lua_pushinteger(L, (lua_Integer)e->delta);
-  lua_pushstring(L, vr_cat_name(e->cat));
-  lua_pushstring(L, vr_tape_string(t, e->phase));
-  lua_pushboolean(L, e->recompute);
-  if (e->label >= 0)
-    lua_pushstring(L, vr_tape_string(t, e->label));
+  /* a copy: pushing may run a finalizer that closes the tape */
+  vr_tl_event e = *at;
+  lua_pushinteger(L, (lua_Integer)e.delta);
+  lua_pushstring(L, vr_cat_name(e.cat));
+  lua_pushstring(L, vr_tape_string(check(L), e.phase));
+  lua_pushboolean(L, e.recompute);
+  if (e.label >= 0)
+    lua_pushstring(L, vr_tape_string(check(L), e.label));
   else
     lua_pushnil(L);
   return 5;
@@ -448,8 +459,9 @@ static int l_tostring(lua_State *L) {
   }
   vr_tape_stats s;
   vr_tape_stats_get(u->t, &s);
+  lua_pushstring(L, vr_tape_string(u->t, s.peak_phase)); /* copied before any collection */
   lua_pushfstring(L, "vram.tape (live %I B, peak %I B in %s)", (lua_Integer)s.live,
-                  (lua_Integer)s.peak, vr_tape_string(u->t, s.peak_phase));
+                  (lua_Integer)s.peak, lua_tostring(L, -1));
   return 1;
 }
 

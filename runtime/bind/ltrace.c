@@ -38,12 +38,7 @@ static box *newbox(lua_State *L, const char *meta, vr_trace *tr) {
   return b;
 }
 
-/* t:take_trace() -> vram.trace (nil when the tape was not tracing) */
-int vb_tape_take_trace(lua_State *L, vr_tape *t) {
-  box *b = newbox(L, TRACE, NULL); /* first: raising later would leak the trace */
-  b->tr = vr_tape_take_trace(t);
-  return b->tr ? 1 : 0;
-}
+vr_trace **vb_push_trace_box(lua_State *L) { return &newbox(L, TRACE, NULL)->tr; }
 
 /* vram.fit_program({trace x 7}, {names} [, round]) -> program | nil, reason */
 static int l_fit(lua_State *L) {

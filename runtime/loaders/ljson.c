@@ -45,7 +45,7 @@
 
 #include "../bind/bind.h"
 
-/* Shared with lyaml.c (which declares them itself: bind.h is not ours). */
+/* Shared with lyaml.c, declared in bind.h. */
 
 #define JSON_MAX_DEPTH 200
 #define FILE_MAX_BYTES ((size_t)64 << 20)

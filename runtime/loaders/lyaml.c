@@ -33,8 +33,6 @@
 
 #include "../bind/bind.h"
 
-/* From ljson.c (bind.h is not ours to extend). */
-
 #define YAML_MAX_DEPTH 200
 #define YAML_MAX_NODES 1000000L
 

@@ -2,7 +2,9 @@
  * function (vram.bytes, the closed-form terms, json/yaml, tape methods on up
  * to three tapes), the following bytes pick its arguments from a pool of odd
  * values (0, -1, int64 limits, NaN, inf, -0.0, huge floats, strings, bogus
- * dtypes and categories, tables, ids the tape handed out). Every call runs
+ * dtypes and categories, tables, ids the tape handed out, lists whose
+ * __len or __index closes a tape, raises or returns a length out of any
+ * range). Every call runs
  * under pcall inside the sandbox; errors are expected. Checked: no crash or
  * sanitizer report, and after each successful call the tape's invariants
  * (live >= 0, peak >= live, categories >= 0, live = sum of categories) and
@@ -29,11 +31,27 @@ static const char DRIVER[] =
     "local ids, tapes = { 1, 2, 3 }, {}\n"
     "local pos = 1\n"
     "local function byte() local b = data:byte(pos) or 0; pos = pos + 1; return b end\n"
+    "-- lists with hostile metatables: a __len or __index that closes a tape\n"
+    "-- (the one called, or another), lengths outside any range, metamethods\n"
+    "-- that raise (issue 10: the tape must never be touched after Lua ran)\n"
+    "local function hostile()\n"
+    "  local k = byte() % 6\n"
+    "  local victim = tapes[byte() % 3 + 1]\n"
+    "  local function close() if victim then pcall(function() local c <close> = victim end) end end\n"
+    "  if k == 0 then return setmetatable({ ids[1], 8, ids[2], 8 }, { __len = function() close(); return byte() % 5 end }) end\n"
+    "  if k == 1 then return setmetatable({}, { __len = function() return (1 << 32) - 2 end }) end\n"
+    "  if k == 2 then return setmetatable({}, { __len = function() return -byte() end }) end\n"
+    "  if k == 3 then return setmetatable({}, { __len = function() return byte() % 5 end,\n"
+    "    __index = function(_, i) close(); return ids[i % #ids + 1] end }) end\n"
+    "  if k == 4 then return setmetatable({}, { __len = function() error('len raises') end }) end\n"
+    "  return setmetatable({}, { __len = function() return byte() end, __index = function() error('index raises') end })\n"
+    "end\n"
     "local function arg()\n"
     "  local b = byte()\n"
     "  if b < 200 then local v = V[b % #V + 1]; if v == NIL then return nil end; return v end\n"
     "  if b < 230 then return ids[(b - 200) % #ids + 1] end\n"
-    "  if b < 250 then local t = {}; for i = 1, byte() % 8 do t[i] = ids[byte() % #ids + 1] end; return t end\n"
+    "  if b < 245 then local t = {}; for i = 1, byte() % 8 do t[i] = ids[byte() % #ids + 1] end; return t end\n"
+    "  if b < 250 then return hostile() end\n"
     "  return byte() - 128\n"
     "end\n"
     "local function args(max) local a = {}; local n = byte() % (max + 1); for i = 1, n do a[i] = arg() end; return a, n end\n"
@@ -62,7 +80,7 @@ static const char DRIVER[] =
     "end\n"
     "local METHODS = { 'alloc', 'param', 'drop', 'retain', 'replay_drop', 'temp', 'node', 'ckpt_begin',\n"
     "  'ckpt_end', 'backward', 'zero_grad', 'phase', 'grad', 'bytes', 'live', 'stats', 'reset',\n"
-    "  'bulk', 'bulk_end', 'rounding', 'reserved', 'nope' }\n"
+    "  'bulk', 'bulk_end', 'rounding', 'reserved', 'trace', 'take_trace', 'mark', 'names', 'nope' }\n"
     "local FUNCS = { 'bytes', 'dtype', 'dtypes', 'to', 'fmt', 'require_version', 'linear_params',\n"
     "  'embedding_params', 'norm_params', 'conv_params', 'optimizer_state', 'attention_scores',\n"
     "  'kv_cache', 'mul', 'add' }\n"

@@ -711,4 +711,30 @@ function tests.reserved_rounding_should_overflow_as_an_error_not_a_zero_peak()
   T.eq(s.peak_reserved, 0)
 end
 
+-- A collection step inside stats()/names() (they allocate per phase and
+-- label) may run a finalizer that closes the tape; trusted scripts may set
+-- __gc. Both then raise "tape is closed" instead of reading freed memory
+-- (ASan saw the read in names() before).
+function tests.a_finalizer_closing_the_tape_mid_call_should_give_tape_is_closed()
+  local hits = 0
+  collectgarbage("incremental", 1, 1000) -- a collection step at nearly every allocation
+  for _ = 1, 10 do
+    local t = vram.tape()
+    for i = 1, 3000 do
+      t:phase("phase" .. i)
+      t:alloc(1, "activations")
+    end
+    setmetatable({}, { __gc = function() local c <close> = t end })
+    for _, method in ipairs({ "stats", "names" }) do
+      local ok, err = pcall(t[method], t)
+      if not ok then
+        T.ok(tostring(err):find("tape is closed", 1, true), err)
+        hits = hits + 1
+      end
+    end
+  end
+  collectgarbage("incremental", 200, 100) -- Lua 5.4's defaults
+  T.ok(hits > 0, "no finalizer ran inside a call: the test proves nothing")
+end
+
 return tests
