@@ -121,7 +121,15 @@ function V.forward(S, P, pixels, batch, ckpt, attention, compose_ok)
     xin, w, b = S:autocast_arg(px), S:autocast_arg(w), S:autocast_arg(b)
   end
   local conv = S:new_tensor(batch * m.patches * D, w.dt, "vision.patch_embedding", S:rg(w, b))
-  if conv.rg then S:node("vision.patch_embedding", { xin }, { { w }, { b } }, { conv }) end
+  local ws = layers.patch_conv_cpu_bf16(S, w.dt, batch, m.channels, m.grid_w * m.patch, m.patch,
+    D, m.patches)
+  if ws then S:temp(ws.forward, "vision.patch_embedding.onednn") end
+  -- the node's temporary comes after the weight and bias gradients, which the
+  -- kernel allocates only once its buffers are gone
+  if conv.rg then
+    S:node("vision.patch_embedding", { xin }, { { w }, { b } }, { conv },
+      ws and ws.backward - w.b - b.b)
+  end
   if S.autocast then S:drop(xin, w, b) end
   S:drop(px)
   local pos = layers.embedding(S, P.pos, m.patches, D, "vision.position_embedding")

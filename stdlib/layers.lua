@@ -430,6 +430,27 @@ function L.add(S, a, b, label)
     mixed(S, a.dt, b.dt, math.min(a.n, b.n)))
 end
 
+-- A patch-embedding Conv2d (kernel = stride = P, C channels, S x S image,
+-- D filters, N patches, batch B) computed in bf16 on CPU goes through
+-- oneDNN, whose buffers come back as tensors. Fitted to torch 1.13 CPU
+-- traces of such convs (B 1/2/4, D 192/384, P 14/16, S 160/224), to the
+-- byte except the forward's last ~25 KB; C is padded to 16 channels:
+-- forward: blocked bf16 weights D*16*P*P*2 (+ the image and the weight
+-- reordered), freed when the conv returns; backward: a contiguous copy of
+-- the output gradient and a reordered one, an image-sized input gradient,
+-- fp32 blocked weight gradients D*16*P*P*4, and a scratchpad of
+-- D*(16*P*P + N + 1)*4 + 2048*S*P + 8832 bytes. nil when not on CPU in bf16.
+function L.patch_conv_cpu_bf16(S, dt, B, C, img, P, D, N)
+  if not S.cpu or dt ~= "bf16" then return nil end
+  local c16 = (C + 15) // 16 * 16
+  local image, weight, out = B * C * img * img * 2, D * C * P * P * 2, B * D * N * 2
+  return {
+    forward = D * c16 * P * P * 2 + image + weight,
+    backward = 2 * out + image + D * c16 * P * P * 4
+      + D * (c16 * P * P + N + 1) * 4 + 2048 * img * P + 8832,
+  }
+end
+
 -- nn.Embedding: output rows*dim; the dense backward allocates a full-size
 -- weight gradient. tied: the weight is also the output layer's, whose
 -- gradient reached it first; torch 1.13's engine sums the two out of place
