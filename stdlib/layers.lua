@@ -312,7 +312,11 @@ function L.eager_attention(S, q, k, v, mask, a, label)
     if S.autocast and x.dt == FP32 then
       return S:op(label .. "." .. what .. "_cast", B * H * Tk * dim, S.autocast, { x }, {}, { { x } })
     end
-    if B == 1 then return S:view(x) end
+    if B == 1 then -- a view, whose gradient arrives at the expanded size
+      S.tape:retain(x.id)
+      return { id = x.id, n = B * H * Tk * dim, dt = x.dt, b = S:bytes(x.dt, B * H * Tk * dim),
+        rg = x.rg }
+    end
     return S:op(label .. "." .. what .. "_contiguous", B * H * Tk * dim, x.dt, { x }, {}, { { x } })
   end
   local function v_operand()
