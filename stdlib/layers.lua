@@ -219,7 +219,8 @@ function L.layernorm(S, x, w, b, rows, label)
     if scratch > 0 then S:temp(scratch + 2 * rows * 4, label .. ".cpu_scratch") end
     local mean = S:new_tensor(rows, FP32, label .. ".mean", false)
     local rstd = S:new_tensor(rows, FP32, label .. ".rstd", false)
-    S:node(label, { x, mean, rstd, w }, { { x }, { w }, { b } }, { out })
+    -- backward on CPU: again an input-sized buffer beside the input's gradient
+    S:node(label, { x, mean, rstd, w }, { { x }, { w }, { b } }, { out }, scratch)
     S:drop(mean, rstd)
   else
     S:temp(scratch + 2 * rows * 4, label)
