@@ -42,10 +42,11 @@ function O.step(S, params, opt)
   if name == "adam" or name == "adamw" then
     local coupled_wd = name == "adam" and wd ~= 0
     if fe == "torch2" then
-      -- torch >= 2.1 _multi_tensor_adam: eps added in place, one list
+      -- torch >= 2.1 _multi_tensor_adam: eps added in place, one list; the
+      -- grad + wd * param list is deleted (`del device_grads`) before it
       local g = coupled_wd and tape:alloc(total(params), "temporaries", "optimizer.grad_wd")
-      local sq = tape:alloc(total(params), "temporaries", "optimizer.sqrt")
       if g then tape:drop(g) end
+      local sq = tape:alloc(total(params), "temporaries", "optimizer.sqrt")
       tape:drop(sq)
     elseif fe then
       -- torch 1.13 foreach: sqrt list, then denom list
