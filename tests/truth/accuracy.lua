@@ -13,7 +13,7 @@ local cases = vram.json.load(cases_path)
 local measured = {}
 for _, r in ipairs(vram.json.load(results_path).results) do measured[r.id] = r.measured end
 
-local MEDIAN_MAX, CASE_MAX, PHASE_MIN = 0.03, 0.08, 0.0
+local MEDIAN_MAX, CASE_MAX, PHASE_MIN = 0.01, 0.03, 0.90
 
 -- The measured phase of the peak: the first phase, in step order, whose own
 -- peak is the step's peak.
