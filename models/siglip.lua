@@ -150,7 +150,9 @@ function V.forward(S, P, pixels, batch, ckpt, attention, compose_ok)
     S:drop(h)
     return out
   end
-  if compose.enabled(S, m.layers, { compose = compose_ok }) then
+  -- under autocast the composed tower differs from the full simulation (its
+  -- fp32 residual stream beside cached bf16 weight casts): layer by layer
+  if compose.enabled(S, m.layers, { compose = not S.autocast and compose_ok }) then
     x = compose.layers(S, P.layers, m.layers, one, x, "vision.layers.composed")
   else
     for i = 1, m.layers do x = one(i, x) end

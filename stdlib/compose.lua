@@ -4,12 +4,9 @@
 -- the layers are identical (the tests compare it with the full simulation).
 local M = {}
 
--- Whether a stack of n layers can be composed under this run. Not under
--- autocast: there the composed step differed from the full simulation (p03
--- and p25 with checkpointing by 2.4 % and 2.1 %), so such runs are simulated
--- layer by layer.
+-- Whether a stack of n layers can be composed under this run.
 function M.enabled(S, n, run)
-  return S.grad and not S.autocast and run.compose ~= false and not run.cache and n >= 4
+  return S.grad and run.compose ~= false and not run.cache and n >= 4
     and (run.ckpt_every or 1) == 1 and (run.ckpt_segment or 1) == 1
 end
 
