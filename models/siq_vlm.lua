@@ -48,7 +48,10 @@ function F.build(S, run, pol)
         "deepstack.fc2", nil) }
   end
   local ttr, tlo = pol("llm")
-  P.lm = decoder.build(S, run.text, { dt = dt, trainable = ttr, lora = tlo })
+  -- a quantized checkpoint quantizes the language model's projections (the
+  -- vision tower stays in the model dtype; stdlib/spec.lua refuses formats
+  -- that would quantize it)
+  P.lm = decoder.build(S, run.text, { dt = dt, trainable = ttr, lora = tlo, quant = run.quant })
   P.images = cfg.images or 1 -- images per sample, all of the same size
   P.n_img = F.image_tokens(vm, f) * P.images
   return P

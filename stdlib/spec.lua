@@ -385,6 +385,14 @@ function M.normalize(spec, where, loaded)
   end
   r.hf_config = cfg
   local fam = require("models.registry").find(cfg, path).name
+  if r.quant and r.quant.ckpt and r.quant.ckpt.method == "bitsandbytes" and VLM_FAMILIES[fam] then
+    -- bitsandbytes replaces every nn.Linear, the vision tower's included,
+    -- unless llm_int8_skip_modules names it; the simulated towers are not
+    -- quantized
+    errors.input(path, "quantization_config", "bitsandbytes quantizes the vision tower too, "
+      .. "which is not modelled; set run.precision.dequantize: true, or price the language "
+      .. "model alone with model.text_only: true")
+  end
   if fam == "mllama" then
     errors.input(path, "model_type", "mllama's cross-attention layers are not simulated yet; "
       .. "`vramlua params` counts the model")

@@ -1,5 +1,5 @@
 -- vramlua params CONFIG.json [--json] [--freeze TOWER[,TOWER]]
--- exact parameter counts of a Hugging Face config
+-- exact parameter counts of a Hugging Face config, beside its safetensors headers
 local vram = require("vram")
 local st = require("stdlib.safetensors")
 local errors = require("stdlib.errors")

@@ -585,3 +585,25 @@ T.test("a sliding-window layer's cache keeps the window, not the sequence", func
   T.ok(slide.phase_peaks.decode < full.phase_peaks.decode, "decode peaks")
   T.eq(slide.phase_peaks.prefill, full.phase_peaks.prefill) -- prefill keeps every token
 end)
+
+T.test("a quantized VLM checkpoint prices its language model packed", function()
+  local c = {}
+  for k, v in pairs(VLMS.qwen2_5_vl_3b) do c[k] = v end
+  local r = { mode = "inference", batch = 1, seq = 8, framework = "pytorch-cpu" }
+  local plain = step.run(run_of(c, 2, r)).live_by_category.weights
+  c.quantization_config = { quant_method = "awq", bits = 4, group_size = 128 }
+  local packed = step.run(run_of(c, 2, r, true)).live_by_category.weights
+  -- 2 layers of Qwen2.5-3B projections (q 2048x2048, k/v 256x2048, o,
+  -- gate/up 11008x2048, down): bf16 vs AWQ's qweight, qzeros and scales
+  local function awq(out, inn)
+    local g = inn // 128
+    return inn * out // 2 + 4 * g * (out // 8) + 2 * g * out
+  end
+  local shapes = { { 2048, 2048 }, { 256, 2048 }, { 256, 2048 }, { 2048, 2048 },
+    { 11008, 2048 }, { 11008, 2048 }, { 2048, 11008 } }
+  local saved = 0
+  for _, s in ipairs(shapes) do saved = saved + 2 * s[1] * s[2] - awq(s[1], s[2]) end
+  T.eq(plain - packed, 2 * saved)
+  c.quantization_config = { quant_method = "bitsandbytes", load_in_4bit = true }
+  T.raises(function() run_of(c, 2, r, true) end, "bitsandbytes quantizes the vision tower too")
+end)
