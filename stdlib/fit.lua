@@ -8,6 +8,12 @@ local M = {}
 
 -- Bytes a run needs on the device: reserved peak plus framework overhead.
 function M.need(run)
+  if run.parallel then -- the largest rank's device total (stdlib/parallel.lua)
+    local b = require("stdlib.parallel").budget(run)
+    local at = setmetatable({}, { __index = function() return 0 end })
+    for _, it in ipairs(b.breakdown) do at[it.category] = it.bytes end
+    return b.device_total_bytes, { at_peak = at, budget = b }
+  end
   local st = step.run(run)
   local fw = report.FRAMEWORK[run.framework or "pytorch"] or report.FRAMEWORK.pytorch
   return st.peak_reserved + (fw.context or 0), st

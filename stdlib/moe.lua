@@ -62,23 +62,26 @@ function M.build(S, o, H, opts)
     S.tape:alloc(S:bytes(FP32, o.experts), "buffers", "router.e_score_correction_bias")
   end
   local I = o.inter
+  -- expert parallelism (stdlib/parallel.lua sets o.ep): this rank holds
+  -- E/ep of the experts; the router still scores all E
+  local E = o.experts // (o.ep or 1)
   if o.fused then
     -- (E, H, 2I) and (E, I, H) Parameters (+ biases): one tensor each
     -- a quantized checkpoint (gpt-oss: mxfp4) stores them packed, scales
     -- included, as (E x out) rows of `in`
     local ck = quant and quant.ckpt
     local Qm = ck and require("stdlib.quant")
-    B.gate_up = S:param(o.experts * H * 2 * I, ck and quant.store or dt, tr("experts"),
+    B.gate_up = S:param(E * H * 2 * I, ck and quant.store or dt, tr("experts"),
       "experts.gate_up_proj", nil,
-      ck and Qm.weight_bytes(S, ck, o.experts * 2 * I, H, "experts.gate_up_proj") or nil)
-    B.gate_up.rows = o.experts * 2 * I
-    B.down = S:param(o.experts * I * H, ck and quant.store or dt, tr("experts"),
+      ck and Qm.weight_bytes(S, ck, E * 2 * I, H, "experts.gate_up_proj") or nil)
+    B.gate_up.rows = E * 2 * I
+    B.down = S:param(E * I * H, ck and quant.store or dt, tr("experts"),
       "experts.down_proj", nil,
-      ck and Qm.weight_bytes(S, ck, o.experts * H, I, "experts.down_proj") or nil)
-    B.down.rows = o.experts * H
+      ck and Qm.weight_bytes(S, ck, E * H, I, "experts.down_proj") or nil)
+    B.down.rows = E * H
     if o.expert_bias then
-      B.gate_up_b = S:param(o.experts * 2 * I, dt, tr("experts"), "experts.gate_up_proj_bias")
-      B.down_b = S:param(o.experts * H, dt, tr("experts"), "experts.down_proj_bias")
+      B.gate_up_b = S:param(E * 2 * I, dt, tr("experts"), "experts.gate_up_proj_bias")
+      B.down_b = S:param(E * H, dt, tr("experts"), "experts.down_proj_bias")
     end
   else
     B.experts = {}
@@ -248,15 +251,28 @@ local function loop(S, x, B, w, rows, label)
   return final, nil
 end
 
+-- An all-to-all's receive buffer: a copy whose gradient goes back the same way.
+local function all_to_all(S, x, label)
+  return S:op(label, x.n, x.dt, { x }, {}, { { x } })
+end
+
 -- Tokens permuted once, one grouped GEMM per projection over fused weights.
 local function grouped(S, x, B, w, rows, label)
   local o = B.o
   local H, I, k = B.hidden, o.inter, o.top_k
-  local _, cap = M.tokens_per_expert(rows, k, o.experts, o.capacity_factor)
-  local n = cap and cap * o.experts or rows * k
+  local ep = o.ep or 1
+  local _, cap = M.tokens_per_expert(rows * ep, k, o.experts, o.capacity_factor)
+  local n = cap and cap * (o.experts // ep) or rows * k
   local perm = S:new_tensor(2 * rows * k, "int64", label .. ".permutation", false)
   local xp = S:new_tensor(n * H, x.dt, label .. ".permuted", S:rg(x))
   S:node(label .. ".permuted", { perm }, { { x, S:bytes(x.dt, rows * H) } }, { xp })
+  if ep > 1 then
+    -- all-to-all: each rank receives the rows routed to its E/ep experts
+    -- (balanced: as many as it sends); backward sends their gradients back
+    local got = all_to_all(S, xp, label .. ".all_to_all_dispatch")
+    S:drop(xp)
+    xp = got
+  end
   local gu = S:new_tensor(n * 2 * I, x.dt, label .. ".grouped_gate_up", S:rg(xp, B.gate_up))
   S:node(label .. ".grouped_gate_up", { xp, B.gate_up }, { { xp }, { B.gate_up },
     B.gate_up_b and { B.gate_up_b } or nil }, { gu })
@@ -269,6 +285,11 @@ local function grouped(S, x, B, w, rows, label)
   S:node(label .. ".grouped_down", { prod, B.down }, { { prod }, { B.down },
     B.down_b and { B.down_b } or nil }, { y })
   S:drop(prod)
+  if ep > 1 then -- and the expert outputs go back to the ranks of their tokens
+    local back = all_to_all(S, y, label .. ".all_to_all_combine")
+    S:drop(y)
+    y = back
+  end
   -- unpermute: weight each row and sum the top-k copies per token
   local wy = S:new_tensor(n * H, x.dt, label .. ".weighted", S:rg(y, w))
   S:node(label .. ".weighted", { y, w, perm }, { { y }, { w, w.b } }, { wy })

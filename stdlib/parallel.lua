@@ -252,11 +252,16 @@ function M.check(L, run, where)
   if L.sp and (run.batch * run.seq // L.cp) % tp ~= 0 then
     fail("sequence_parallel", "tp must divide the tokens of a micro-batch")
   end
-  local experts = m.experts or m.num_experts
+  local experts = m.moe and m.moe.experts
   if L.ep > 1 then
     if not experts then fail("ep", "expert parallelism needs a mixture-of-experts model") end
     if experts % L.ep ~= 0 then
       fail("ep", ("must divide the expert count (%d), got %d"):format(experts, L.ep))
+    end
+    if L.fsdp then fail("ep", "expert parallelism with FSDP is not modelled") end
+    if run.moe and run.moe.impl and run.moe.impl ~= "grouped" then
+      fail("ep", "expert parallelism is modelled with run.moe.impl: grouped (all-to-all, "
+        .. "grouped GEMM)")
     end
   end
   if L.pp > 1 and L.microbatches < 1 then fail("microbatches", "must be >= 1") end
@@ -309,8 +314,23 @@ function M.local_run(run, L, role)
   t.intermediate = m.intermediate // L.tp
   t.vocab = M.padded_vocab(m.vocab, L.tp) // L.tp
   t.layers = role.layers
-  if m.experts then t.experts = m.experts // L.ep end
-  if m.num_experts then t.num_experts = m.num_experts // L.ep end
+  -- per-layer lists (MoE layers, attention kinds) for this stage's layers
+  local first = role.stage * role.layers
+  for k, v in pairs(m) do
+    if type(v) == "table" and #v == m.layers and m.layers > role.layers then
+      local sl = {}
+      for i = 1, role.layers do sl[i] = v[first + i] end
+      t[k] = sl
+    end
+  end
+  if m.moe and L.ep > 1 then
+    -- this rank's E/ep experts behind an all-to-all; the permute + grouped
+    -- GEMM implementation (Megatron, torchtitan): HF's eager loop has no EP
+    t.moe = copy(m.moe)
+    t.moe.ep = L.ep
+    r.moe = copy(r.moe or {})
+    r.moe.impl = "grouped"
+  end
   r.seq = run.seq // L.cp
   r.stage = { embed = role.first, head = role.last }
   r.timeline = nil -- one timeline per role is not drawn yet
@@ -361,10 +381,10 @@ local function pass(family, run, L, role, held)
   local params = {}
   local orig = S.param
   local on_tape = scheme == "ddp" or scheme == "zero1"
-  S.param = function(self, n, dt, trainable, label, cat)
+  S.param = function(self, n, dt, trainable, label, cat, bytes)
     local p
     if on_tape then
-      p = orig(self, n, dt, trainable, label, cat)
+      p = orig(self, n, dt, trainable, label, cat, bytes)
     else -- states allocated below, partitioned; the handle carries no bytes
       p = { id = tape:param(0, cat or "weights", label), n = n, dt = dt, b = 0,
             rg = trainable and true or false, param = true }
@@ -374,24 +394,39 @@ local function pass(family, run, L, role, held)
   end
   local P = family.build(S, run, step.policies(run))
   S.param = nil
+  -- expert parameters (EP): ZeRO partitions them over the dp/ep ranks that
+  -- hold the same experts
+  for _, l in ipairs(P.layers or {}) do
+    local b = l.moe
+    if b then
+      for _, k in ipairs({ "gate_up", "down", "gate_up_b", "down_b" }) do
+        if b[k] then b[k].expert = true end
+      end
+    end
+  end
   local cdt = run.param_dtype -- what the module computes with (and its grads)
   local mdt = run.master_dtype or cdt
   local N = L.shard
+  local Ne = N // L.ep -- the group an expert's replicas form
+  local function group(p) return p.expert and Ne or N end
   local info = { scheme = scheme, host = 0, nvme = 0, assumptions = {}, states = {} }
   local function assume(s) info.assumptions[#info.assumptions + 1] = s end
   local states = info.states
   local function add_state(k, b) states[k] = (states[k] or 0) + b end
-  local total, trainable, largest = 0, 0, 0
+  local total, trainable, largest, expert_tr = 0, 0, 0, 0
   for _, p in ipairs(params) do
     total = total + p.n
     if p.rg then trainable = trainable + p.n end
+    if p.rg and p.expert then expert_tr = expert_tr + p.n end
     if p.n > largest then largest = p.n end
   end
   info.param_count, info.trainable_count, info.largest_param = total, trainable, largest
   local opt = copy(run.optimizer)
   local function state_params(parts, dt)
     local out = {}
-    for i, n in ipairs(parts) do out[i] = { n = n, rows = n, dt = dt, b = S:bytes(dt, n) } end
+    for _, n in ipairs(parts) do
+      if n > 0 then out[#out + 1] = { n = n, rows = n, dt = dt, b = S:bytes(dt, n) } end
+    end
     return out
   end
   local function state_bytes(n, dt)
@@ -429,9 +464,10 @@ local function pass(family, run, L, role, held)
     -- (nccl_start_alignment_factor); stage 3 pads every parameter to world.
     local part = 0
     if scheme == "zero3" then
-      for _, p in ipairs(params) do if p.rg then part = part + ceil_div(p.n, N) end end
+      for _, p in ipairs(params) do if p.rg then part = part + ceil_div(p.n, group(p)) end end
     else
-      part = ceil_div(trainable, 2 * N) * 2
+      part = ceil_div(trainable - expert_tr, 2 * N) * 2
+      if expert_tr > 0 then part = part + ceil_div(expert_tr, 2 * Ne) * 2 end
     end
     info.partition = part
     local master = mdt ~= cdt and mdt or nil
@@ -467,7 +503,7 @@ local function pass(family, run, L, role, held)
     if scheme == "zero3" then
       local resident = 0
       for _, p in ipairs(params) do
-        resident = resident + (p.n < L.persistence and p.n or ceil_div(p.n, N))
+        resident = resident + (p.n < L.persistence and p.n or ceil_div(p.n, group(p)))
       end
       if off.params == "none" then
         tape:alloc(S:bytes(cdt, resident), "weights", "zero3.param_partitions")
@@ -795,6 +831,128 @@ function M.text(b, title)
     for _, a in ipairs(r.assumptions) do add("  assumption: " .. a) end
   end
   return table.concat(out, "\n")
+end
+
+-- Communication volume one rank sends per step (L.microbatches micro-
+-- batches) under a layout (bytes), the
+-- ordering key of `fit --gpus`: ring all-reduce moves 2(n-1)/n of the
+-- buffer, ZeRO-3 / FSDP 3(n-1)/n (two all-gathers and a reduce-scatter);
+-- Megatron TP 4 all-reduces of the layer's activations per micro-batch,
+-- PP one activation and one gradient per micro-batch, ring attention
+-- (cp-1) K/V passes forward and twice that backward. A model, not a time.
+function M.comm_bytes(run, L, params)
+  local m = run.text
+  local g = vram.bytes(run.dtype, 1)
+  local mb = L.microbatches
+  local tokens = run.batch * run.seq // L.cp
+  local lay = m.layers // L.pp
+  local v = 0
+  local n = L.dp * L.cp
+  if n > 1 then
+    local k = (L.zero == 3 or (L.fsdp and L.fsdp ~= "no_shard")) and 3 or 2
+    v = v + k * (n - 1) * params * g // n
+  end
+  if L.tp > 1 then
+    v = v + 8 * (L.tp - 1) * tokens * m.hidden * g // L.tp * lay * mb
+  end
+  if L.pp > 1 then v = v + 2 * tokens * m.hidden * g * mb end
+  if L.cp > 1 then
+    v = v + 3 * (L.cp - 1) * 2 * tokens * (m.kv_heads * m.head_dim) * g * lay * mb
+  end
+  if L.ep > 1 then -- dispatch and combine, forward and backward, per MoE layer
+    local moe_layers = 0
+    for i = 1, lay do if not m.moe_layers or m.moe_layers[i] then moe_layers = moe_layers + 1 end end
+    v = v + 4 * (L.ep - 1) * tokens * m.moe.top_k * m.hidden * g // L.ep * moe_layers * mb
+  end
+  return v
+end
+
+local function divisors(n)
+  local out = {}
+  for d = 1, n do if n % d == 0 then out[#out + 1] = d end end
+  return out
+end
+
+-- Every layout of `gpus` ranks this model admits: dp x tp x pp x cp x ep,
+-- tp within a node, with each data-parallel sharding choice.
+function M.layouts(run, gpus)
+  local m = run.text
+  local out = {}
+  local per_node = M.DEFAULTS.gpus_per_node
+  local experts = m.moe and m.moe.experts
+  for _, tp in ipairs(divisors(gpus)) do
+    local tp_ok = tp <= per_node and m.heads % tp == 0 and m.intermediate % tp == 0
+      and (m.kv_heads % tp == 0 or tp % m.kv_heads == 0)
+      and (tp == 1 or (run.batch * run.seq) % tp == 0)
+    for _, pp in ipairs(tp_ok and divisors(gpus // tp) or {}) do
+      for _, cp in ipairs(m.layers % pp == 0 and divisors(gpus // (tp * pp)) or {}) do
+        local cp_ok = cp == 1 or (run.attention ~= "eager" and run.seq % (2 * cp) == 0
+          and ((run.batch * run.seq // cp) % tp == 0))
+        local dp = gpus // (tp * pp * cp)
+        for _, ep in ipairs(cp_ok and divisors(dp) or {}) do
+          if ep == 1 or (experts and experts % ep == 0) then
+            local base = { dp = dp, tp = tp, pp = pp, cp = cp, ep = ep }
+            local shard = { { zero = 0 } }
+            if dp * cp > 1 then
+              shard = { { zero = 0 }, { zero = 1 }, { zero = 2 }, { zero = 3 },
+                { fsdp = "full_shard" } }
+            end
+            for _, s in ipairs(shard) do
+              -- every layout steps the same global batch, batch x grad_accum x
+              -- gpus: the ranks of a data-parallel replica share its micro-batches
+              local t = { sequence_parallel = tp > 1 or nil,
+                microbatches = (run.grad_accum or 1) * tp * pp * cp }
+              for k, x in pairs(base) do t[k] = x end
+              for k, x in pairs(s) do t[k] = x end
+              out[#out + 1] = t
+            end
+          end
+        end
+      end
+    end
+  end
+  return out
+end
+
+-- Layouts of `gpus` GPUs whose every rank fits `budget` bytes (device
+-- total), cheapest in communication first.
+function M.fit(run, gpus, budget, where)
+  local fits = {}
+  local all = M.layouts(run, gpus)
+  for _, t in ipairs(all) do
+    local r = copy(run)
+    r.parallel = M.check(M.read(t, where, r), r, where)
+    local b = M.budget(r)
+    local params = 0
+    for _, e in ipairs(b.per_rank) do params = math.max(params, e.param_count) end
+    if b.device_total_bytes <= budget then
+      -- 1F1B's idle share: (p - 1) / (m + p - 1) (v chunks divide p - 1 by v)
+      local bubble = (t.pp - 1) / (t.microbatches + t.pp - 1)
+      fits[#fits + 1] = { layout = t, need = b.device_total_bytes, bubble = bubble,
+        comm = M.comm_bytes(r, r.parallel, params), host = b.host_bytes }
+    end
+  end
+  table.sort(fits, function(a, b)
+    if a.comm ~= b.comm then return a.comm < b.comm end
+    return a.need < b.need
+  end)
+  return fits, #all
+end
+
+-- "dp8 zero-3", "tp2+sp pp2 dp2", ...
+function M.layout_name(t)
+  local parts = {}
+  for _, k in ipairs({ "dp", "tp", "pp", "cp", "ep" }) do
+    if (t[k] or 1) > 1 or k == "dp" then
+      parts[#parts + 1] = k .. t[k] .. (k == "tp" and t.sequence_parallel and "+sp" or "")
+    end
+  end
+  if (t.zero or 0) > 0 then parts[#parts + 1] = "zero-" .. t.zero end
+  if t.fsdp then parts[#parts + 1] = "fsdp " .. t.fsdp end
+  if (t.dp or 1) * (t.cp or 1) > 1 and (t.zero or 0) == 0 and not t.fsdp then
+    parts[#parts + 1] = "ddp"
+  end
+  return table.concat(parts, " ")
 end
 
 return M

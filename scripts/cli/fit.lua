@@ -1,5 +1,5 @@
--- vramlua fit SPEC --gpu NAME (--vary KNOB [--margin P%] | --knobs)
--- the largest batch/seq/rank that fits a device, or knobs that do
+-- vramlua fit SPEC --gpu NAME (--vary KNOB [--margin P%] | --knobs | --gpus N)
+-- the largest batch/seq/rank that fits a device, knobs that do, or GPU layouts
 local vram = require("vram")
 local errors = require("stdlib.errors")
 local gpus = require("stdlib.gpus")
@@ -8,12 +8,18 @@ local fit = require("stdlib.fit")
 local HELP = [[
 usage: vramlua fit SPEC --gpu NAME --vary batch|seq|lora_rank [--margin 5%] [--max N]
        vramlua fit SPEC --gpu NAME --knobs
+       vramlua fit SPEC --gpu NAME --gpus N [--margin 5%]
 
 --vary: the largest value of the knob whose device total (allocator reserved
 plus framework overhead) fits the GPU less the margin, found by searching the
 simulator; prints the need at that value and at the next one.
 --knobs: combinations of checkpointing, attention, optimizer, LoRA and
-micro-batching that fit, cheapest first, each with its cost.]]
+micro-batching that fit, cheapest first, each with its cost.
+--gpus N (without --vary or --knobs): the layouts of N GPUs (dp x tp x pp x cp
+x ep, with DDP, ZeRO 1-3 or FSDP over the data-parallel ranks) whose every
+rank fits, least communication per rank first; the spec's own parallel:
+table is replaced. With --vary or --knobs, a parallel: run is searched with
+its largest rank.]]
 
 local defaults, metavar = require("stdlib.formats").options({ help = false, gpu = "",
   vary = "", knobs = false, max = "", margin = "", seq = 0, batch = 0 },
@@ -32,13 +38,40 @@ end
 if not path then errors.usage("fit needs a SPEC file") end
 if not gpu_name then errors.usage("fit needs --gpu NAME") end
 local gpu = gpus.get(gpu_name, nil, "--gpu")
-if not knob and not knobs then errors.usage("fit needs --vary KNOB or --knobs") end
+local layouts = not knob and not knobs and (a.gpus or 0) > 0
+if not knob and not knobs and not layouts then
+  errors.usage("fit needs --vary KNOB, --knobs or --gpus N")
+end
 local run = require("stdlib.formats").command_run(path, a, require("models.registry"))
 if not run then return end
 local budget = math.floor(gpu.bytes * (1 - margin))
 print(("%s on %s: budget %s (%s less %.1f%% margin)"):format(path, gpu.name,
   vram.fmt(budget, "GiB"), vram.fmt(gpu.bytes, "GiB"), margin * 100))
-if knob then
+if layouts then
+  local par = require("stdlib.parallel")
+  if run.parallel then print("(the spec's parallel: table is replaced by each layout below)") end
+  local list, tried = par.fit(run, a.gpus, budget, path)
+  print(("%d of %d layouts of %d GPUs fit; least communication per rank first"):format(#list,
+    tried, a.gpus))
+  print(("%3s  %-30s %12s %14s %7s"):format("", "layout", "largest rank", "comm/step",
+    "bubble"))
+  for k, e in ipairs(list) do
+    if k > 15 then break end
+    print(("%3d. %-30s %12s %11.2f GB %6.1f%%"):format(k, par.layout_name(e.layout),
+      vram.fmt(e.need, "GiB"), e.comm / 1e9, e.bubble * 100))
+  end
+  if run.param_dtype == run.dtype and vram.bytes(run.dtype, 1) < 4 then
+    print(("DDP and FSDP keep the spec's precision (pure %s, %s optimizer states); DeepSpeed "
+      .. "ZeRO keeps fp32 master and optimizer partitions"):format(run.dtype,
+        run.optimizer.state_dtype or run.dtype))
+  end
+  print(("every layout steps the same global batch (batch x grad_accum x %d = %d sequences): "
+    .. "a replica of tp x pp x cp ranks runs that many more micro-batches"):format(a.gpus,
+      run.batch * (run.grad_accum or 1) * a.gpus))
+  print("comm/step: modelled bytes each rank sends per step (all-reduce, all-gather, "
+    .. "reduce-scatter, pipeline and ring sends), an ordering key rather than a time")
+  if #list == 0 then error({ code = 1, msg = "no layout of " .. a.gpus .. " GPUs fits" }, 0) end
+elseif knob then
   local v, need, need_next = fit.largest(run, knob, budget, max)
   if v == 0 then
     print(("does not fit even at %s = 1 (needs %s)"):format(knob, vram.fmt(need_next, "GiB")))

@@ -199,6 +199,12 @@ t "a pipeline run prints a table per stage" 0 "== last stage (ranks 4-7)" \
   '"$V" estimate "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml"'
 t "an FSDP offload run states host memory" 0 "host memory (offload, pinned)" \
   '"$V" estimate "$EX/qwen3_4b_fsdp_cpu_offload.yaml"'
+t "an expert-parallel MoE run has per_rank" 0 '"inflight_microbatches"' \
+  '"$V" estimate "$EX/qwen3_30b_a3b_ep8_8gpu.yaml" --json'
+t "fit --gpus lists layouts"              0 "layouts of 8 GPUs fit" \
+  '"$V" fit "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml" --gpu h100-80gb --gpus 8'
+t "fit needs a mode"                      2 "fit needs --vary KNOB, --knobs or --gpus N" \
+  '"$V" fit "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml" --gpu h100-80gb'
 t "a misspelt parallel key is named"      1 "parallel.zer: unknown field; did you mean 'zero'?" \
   'sed "s/  zero: 3/  zer: 3/" "$EX/mistral_small_24b_zero3_8gpu.yaml" > "$D/zer.yaml";
    cp "$EX/../configs/mistral_small_3_1_24b_instruct_2503.json" "$D/";

@@ -227,4 +227,62 @@ function tests.budget_has_one_entry_per_stage_and_the_largest_on_top()
   for _, e in ipairs(b.per_rank) do T.eq(e.host_bytes, 0) end
 end
 
+-- Qwen3-30B-A3B (examples/configs/qwen3_30b_a3b.json): 48 layers, hidden
+-- 2048, 128 experts of width 768 (SwiGLU: 3 matrices), 30,532,122,624
+-- parameters (test_models.lua's published count).
+local Q30 = 30532122624
+local Q30_EXPERTS = 48 * 128 * 3 * 2048 * 768
+
+function tests.expert_parallelism_divides_the_experts_and_keeps_their_tokens()
+  local function role(parallel, layers)
+    local run = normalize(parallel, { seq = 256, moe = { impl = "grouped" } },
+      layers and { num_hidden_layers = layers } or nil, "qwen3_30b_a3b")
+    local st, info = par.simulate_role(run, run.parallel, par.roles(run.parallel, run)[1])
+    return st, info
+  end
+  local _, i1 = role({ dp = 8 })
+  local _, i8 = role({ dp = 8, ep = 8 })
+  T.eq(i1.param_count, Q30)
+  T.eq(i8.param_count, Q30 - Q30_EXPERTS * 7 // 8, "EP=8: 16 of 128 experts per layer")
+  -- ZeRO-1 partitions the dense states over the 8 data-parallel ranks and
+  -- the expert states over dp/ep = 1 (each expert lives on one rank):
+  -- fp32 master = 4 B x (dense/8 + local experts)
+  local _, z = role({ dp = 8, ep = 8, zero = 1 })
+  T.eq(z.states.master_weights, 4 * ((Q30 - Q30_EXPERTS) // 8 + Q30_EXPERTS // 8))
+  -- every token still visits top_k experts: the activations one layer keeps
+  -- are the same with the experts spread over 8 ranks (the all-to-all
+  -- receive buffers replace the permuted rows autograd saves)
+  local function held(parallel, layers)
+    local st = role(parallel, layers)
+    return st.phase_end.forward_end - st.baseline
+  end
+  T.eq(held({ dp = 8, ep = 8 }, 3) - held({ dp = 8, ep = 8 }, 2),
+    held({ dp = 8 }, 3) - held({ dp = 8 }, 2))
+  T.raises(function() normalize({ dp = 8, ep = 3 }, nil, nil, "qwen3_30b_a3b") end,
+    "parallel.ep: must divide dp (8), got 3")
+  T.raises(function() normalize({ dp = 8, ep = 8, fsdp = "full_shard" }, nil, nil,
+    "qwen3_30b_a3b") end, "expert parallelism with FSDP is not modelled")
+  T.raises(function() normalize({ dp = 8, ep = 8 }, { moe = { impl = "loop" } }, nil,
+    "qwen3_30b_a3b") end, "expert parallelism is modelled with run.moe.impl: grouped")
+end
+
+function tests.layouts_of_8_gpus_respect_the_model_and_sort_by_communication()
+  -- Qwen2.5-1.5B: 12 heads (tp 8 impossible), 28 layers (pp 8 impossible)
+  local run = normalize(nil, { seq = 1024 })
+  local list = par.layouts(run, 8)
+  for _, t in ipairs(list) do
+    T.eq(t.dp * t.tp * t.pp * t.cp, 8)
+    T.ok(t.tp ~= 8 and t.pp ~= 8, "tp and pp divide heads and layers")
+  end
+  local fits, tried = par.fit(run, 8, 80 * 1000000000, WHERE)
+  T.eq(tried, #list)
+  for i = 2, #fits do T.ok(fits[i - 1].comm <= fits[i].comm, "least communication first") end
+  -- DDP on 8 ranks: a ring all-reduce of the bf16 gradients, 2 x 7/8 x 2P bytes
+  local ddp = normalize({ dp = 8 }, { seq = 1024 })
+  T.eq(par.comm_bytes(ddp, ddp.parallel, P), 2 * 7 * P * 2 // 8)
+  -- ZeRO-3: two all-gathers and a reduce-scatter, 3 x 7/8 x 2P
+  local z3 = normalize({ dp = 8, zero = 3 }, { seq = 1024 })
+  T.eq(par.comm_bytes(z3, z3.parallel, P), 3 * 7 * P * 2 // 8)
+end
+
 return tests
