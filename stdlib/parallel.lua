@@ -364,8 +364,10 @@ end
 local function nbytes(dt, n) return vram.bytes(dt, n) end
 
 -- One pass of the role's step on a fresh simulator. held: bytes one
--- micro-batch's forward leaves held (nil on the measuring pass).
-local function pass(family, run, L, role, held)
+-- micro-batch's forward leaves held (nil on the measuring pass). mid: the
+-- measuring pass of an interleaved stage runs a chunk from the middle of
+-- the model (neither embedding nor head): most chunks in flight are such.
+local function pass(family, run, L, role, held, mid)
   local S = step.new_sim(run)
   if L.sp then
     -- row-parallel outputs and the embedding are reduce-scattered over tp;
@@ -632,7 +634,7 @@ local function pass(family, run, L, role, held)
   -- a later stage's input: an activation received from the previous stage
   -- that requires grad (a zero-byte leaf stands for the sender's graph)
   local function recv()
-    if role.first then return nil end
+    if role.first and not mid then return nil end
     local src = { id = tape:param(0, "activations", "pp.recv_src"), n = 0, b = 0, dt = cdt,
       rg = true, param = true }
     return S:op("pp.recv", rows * run.text.hidden // (L.sp and L.tp or 1), cdt, { src }, {},
@@ -650,7 +652,9 @@ local function pass(family, run, L, role, held)
     local ls = {}
     for i = 1, role.chunk_layers do ls[i] = P.layers[i] end
     chunk = setmetatable({ m = m, layers = ls }, { __index = P })
+    if mid then chunk.head, chunk.norm = false, false end
   end
+  local sends = not role.last or (mid and true)
   local n_mb = held and math.min(L.microbatches, 2) or 1
   local measured
   local fw = fwd_window > 0 and tape:alloc(fwd_window, "weights", "gathered_params.forward")
@@ -666,13 +670,13 @@ local function pass(family, run, L, role, held)
     S:autocast_exit()
     S:drop(r)
     local root = out
-    if not role.last then
+    if sends then
       -- the output is sent and freed (Megatron deallocates it); backward
       -- starts from the gradient the next stage sends back
       root = S:op("pp.send", 1, "fp32", { out }, {}, { { out, out.b } })
       S:drop(out)
     end
-    if not held then measured = tape:live() - before - (role.last and 0 or root.b) end
+    if not held then measured = tape:live() - before - (sends and root.b or 0) end
     st_ends.forward_end = st_ends.forward_end or tape:live()
     if L.reshard or scheme ~= "fsdp" then
       if fw then tape:drop(fw); fw = nil end
@@ -724,7 +728,7 @@ function M.simulate_role(run, L, role)
   local lrun = M.local_run(run, L, role)
   local held
   if role.inflight > 1 then
-    local _, info = pass(family, lrun, L, role, nil)
+    local _, info = pass(family, lrun, L, role, nil, L.vstages > 1)
     held = info.held
   end
   local st, info = pass(family, lrun, L, role, held or 0)
@@ -780,6 +784,7 @@ function M.budget(run, gpu_name)
       breakdown = b.breakdown, host_bytes = info.host, nvme_bytes = info.nvme,
       param_count = info.param_count, trainable_param_count = info.trainable_count,
       model_states = info.states, inflight_microbatches = role.inflight,
+      microbatch_held_bytes = info.held,
       layers = role.layers, fits = b.fits, headroom_bytes = b.headroom_bytes,
       assumptions = b.assumptions,
     }
@@ -890,12 +895,13 @@ function M.layouts(run, gpus)
           and ((run.batch * run.seq // cp) % tp == 0))
         local dp = gpus // (tp * pp * cp)
         for _, ep in ipairs(cp_ok and divisors(dp) or {}) do
-          if ep == 1 or (experts and experts % ep == 0) then
+          local impl = run.moe and run.moe.impl
+          if ep == 1 or (experts and experts % ep == 0 and (not impl or impl == "grouped")) then
             local base = { dp = dp, tp = tp, pp = pp, cp = cp, ep = ep }
             local shard = { { zero = 0 } }
             if dp * cp > 1 then
-              shard = { { zero = 0 }, { zero = 1 }, { zero = 2 }, { zero = 3 },
-                { fsdp = "full_shard" } }
+              shard = { { zero = 0 }, { zero = 1 }, { zero = 2 }, { zero = 3 } }
+              if ep == 1 then shard[5] = { fsdp = "full_shard" } end -- FSDP x EP: not modelled
             end
             for _, s in ipairs(shard) do
               -- every layout steps the same global batch, batch x grad_accum x

@@ -225,6 +225,14 @@ function tests.budget_has_one_entry_per_stage_and_the_largest_on_top()
   T.eq(b.per_rank[1].param_count, emb + 2 * layer)
   T.eq(b.per_rank[2].param_count, emb + 2 * layer + H)
   for _, e in ipairs(b.per_rank) do T.eq(e.host_bytes, 0) end
+  -- interleaved: the chunks in flight are measured as a middle chunk (no
+  -- embedding, no head) on every stage, 5 on the first and 3 on the last
+  run = normalize({ dp = 2, pp = 2, pp_schedule = "interleaved", virtual_stages = 2,
+    microbatches = 4 }, nil, { num_hidden_layers = 8 })
+  b = par.budget(run)
+  T.eq({ b.per_rank[1].inflight_microbatches, b.per_rank[2].inflight_microbatches }, { 5, 3 })
+  T.ok(b.per_rank[1].microbatch_held_bytes > 0)
+  T.eq(b.per_rank[1].microbatch_held_bytes, b.per_rank[2].microbatch_held_bytes)
 end
 
 -- Qwen3-30B-A3B (examples/configs/qwen3_30b_a3b.json): 48 layers, hidden
