@@ -657,12 +657,23 @@ local function pass(family, run, L, role, held, mid)
   local sends = not role.last or (mid and true)
   local n_mb = held and math.min(L.microbatches, 2) or 1
   local measured
+  -- ring attention (cp > 1): while one K/V block is used the next arrives,
+  -- two buffers of this rank's K and V (backward: K, V, dK and dV); a
+  -- steady window over the pass, as the step re-sends them every layer
+  local ring = 0
+  if L.cp > 1 then
+    local m = run.text
+    ring = 2 * 2 * S:bytes(cdt, run.batch * run.seq * m.kv_heads * m.head_dim)
+    info.assumptions[#info.assumptions + 1] = "ring attention: double-buffered K/V blocks "
+      .. "(forward) and K/V/dK/dV blocks (backward) in flight, a steady window"
+  end
   local fw = fwd_window > 0 and tape:alloc(fwd_window, "weights", "gathered_params.forward")
   for mb = 1, n_mb do
     tape:phase("forward")
     if not fw and fwd_window > 0 then
       fw = tape:alloc(fwd_window, "weights", "gathered_params.forward")
     end
+    local rf = ring > 0 and tape:alloc(ring, "buffers", "cp.ring_kv")
     local before = tape:live()
     if run.autocast then S:autocast_enter(run.autocast) end
     local r = recv()
@@ -677,6 +688,7 @@ local function pass(family, run, L, role, held, mid)
       S:drop(out)
     end
     if not held then measured = tape:live() - before - (sends and root.b or 0) end
+    if rf then tape:drop(rf) end
     st_ends.forward_end = st_ends.forward_end or tape:live()
     if L.reshard or scheme ~= "fsdp" then
       if fw then tape:drop(fw); fw = nil end
@@ -684,6 +696,7 @@ local function pass(family, run, L, role, held, mid)
     tape:phase("backward")
     local bw = bwd_window > 0 and tape:alloc(bwd_window, "weights", "gathered_params.backward")
     local bb = bwd_buffers > 0 and tape:alloc(bwd_buffers, "buffers", "grad_reduce_buckets")
+    local rb = ring > 0 and tape:alloc(2 * ring, "buffers", "cp.ring_kv_grads")
     if info.grad_partition and not info.gp_id then
       info.gp_id = tape:alloc(info.grad_partition, "gradients", "zero2.grads_in_partition")
     end
@@ -698,6 +711,7 @@ local function pass(family, run, L, role, held, mid)
     if info.reduce_tail then tape:temp(info.reduce_tail, "buffers", "zero1.reduce_bucket") end
     if bw then tape:drop(bw) end
     if bb then tape:drop(bb) end
+    if rb then tape:drop(rb) end
     if fw then tape:drop(fw); fw = nil end
   end
   if held_block then tape:drop(held_block) end

@@ -188,6 +188,9 @@ function tests.per_layer_activations_follow_korthikanti_under_tp_and_sp()
   T.eq(per_layer({ tp = 4, sequence_parallel = true }, s, "flash"), one // 4)
   -- no as^2 term with flash: doubling s doubles the layer's activations
   T.eq(per_layer({ tp = 1 }, 2 * s, "flash"), 2 * one)
+  -- context parallelism: each rank keeps its s/cp tokens' activations (the
+  -- ring's K/V blocks come and go within the layer)
+  T.eq(per_layer({ cp = 2 }, s, "flash"), one // 2)
 end
 
 function tests.pipeline_roles_hold_the_1f1b_and_interleaved_in_flight_counts()
