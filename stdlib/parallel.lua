@@ -62,7 +62,8 @@ local KEYS = { dp = 1, tp = 1, pp = 1, cp = 1, ep = 1, sequence_parallel = 1, pp
 -- does not use, and DeepSpeed ignores them too).
 local BUCKETS = { reduce_bucket_size = 1, allgather_bucket_size = 1,
   stage3_prefetch_bucket_size = 1, stage3_param_persistence_threshold = 1,
-  stage3_max_live_parameters = 1, stage3_max_reuse_distance = 1, sub_group_size = 1 }
+  stage3_max_live_parameters = 1, stage3_max_reuse_distance = 1, sub_group_size = 1,
+  overlap_comm = 1, contiguous_gradients = 1 }
 
 local function one_of(rd, key, list, default)
   local v = rd:raw(key)

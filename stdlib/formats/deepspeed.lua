@@ -10,7 +10,7 @@ local M = {}
 local function auto(v) return v == "auto" end
 
 local ZERO_IGNORED = {}
-for k in ([[contiguous_gradients overlap_comm allgather_partitions reduce_scatter
+for k in ([[allgather_partitions reduce_scatter
   round_robin_gradients stage3_gather_16bit_weights_on_model_save
   stage3_gather_fp16_weights_on_model_save load_from_fp32_weights elastic_checkpoint
   ignore_unused_parameters legacy_stage1 memory_efficient_linear use_multi_rank_bucket_allreduce
@@ -56,6 +56,16 @@ local ZERO = {
       c.parallel.offload = c.parallel.offload or {}
       c.parallel.offload.optimizer = "cpu"
     end
+  end,
+  -- overlap_comm doubles stage 1/2's gradient bucket; contiguous_gradients
+  -- decides whether it exists (stdlib/parallel.lua prices both)
+  overlap_comm = function(c, v, k)
+    c.parallel.buckets = c.parallel.buckets or {}
+    c.parallel.buckets.overlap_comm = c:bool(k, v)
+  end,
+  contiguous_gradients = function(c, v, k)
+    c.parallel.buckets = c.parallel.buckets or {}
+    c.parallel.buckets.contiguous_gradients = c:bool(k, v)
   end,
   reduce_bucket_size = bucket("reduce_bucket_size"),
   allgather_bucket_size = bucket("allgather_bucket_size"),

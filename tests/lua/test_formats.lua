@@ -148,7 +148,7 @@ return {
     T.eq(t.spec.parallel.offload, { optimizer = "cpu" })
     T.eq(t.spec.parallel.world_size, 4)
     T.eq(t.spec.parallel.buckets, { allgather_bucket_size = 200000000,
-      reduce_bucket_size = 200000000 })
+      reduce_bucket_size = 200000000, overlap_comm = true, contiguous_gradients = true })
   end,
   accelerate_fsdp = function()
     local t = tr("accelerate_fsdp.yaml", { seq = 512, model = "Qwen/Qwen2.5-1.5B" })
