@@ -27,6 +27,13 @@ local mixed = L.mixed_dtype_temp
 -- holds its exact stored bytes, scales included; only bitsandbytes
 -- dequantizes the whole weight per matmul (fp8, GPTQ/AWQ and mxfp4 kernels
 -- read the packed weight).
+-- bitsandbytes 4-bit (nf4, nf4_dq; stdlib/quant.lua's "bitsandbytes"
+-- checkpoints): MatMul4Bit saves its input whenever it requires grad (for a
+-- weight gradient it never computes), and with double quantisation
+-- dequantize_4bit first rebuilds the fp32 absmax (n/64 values) as a further
+-- temporary; peft's LoRA over it clones the base output and casts the
+-- adapter output before the add (peft/tuners/lora/bnb.py Linear4bit).
+local BNB4 = { nf4 = true, nf4_dq = true }
 function L.new_linear(S, inn, out, bias, dt, trainable, label, lora, quant)
   local lin = { inn = inn, out = out, label = label }
   local packed = quant and not quant.master
@@ -37,6 +44,12 @@ function L.new_linear(S, inn, out, bias, dt, trainable, label, lora, quant)
   lin.w.rows = out
   if quant and (not quant.ckpt or quant.dequant) then
     lin.dequant = S:bytes(quant.compute, inn * out)
+    if BNB4[quant.store] and not quant.master then
+      lin.bnb = true
+      if quant.store == "nf4_dq" then -- dequantize_blockwise's fp32 absmax
+        lin.absmax = S:bytes(FP32, (inn * out + 63) // 64)
+      end
+    end
     if quant.master then
       S.tape:alloc(S:bytes(quant.store, inn * out), "weights", label .. ".packed_forward")
     end
@@ -101,32 +114,48 @@ function L.linear(S, x, lin, rows)
   local label = lin.label
   local base
   if lin.dequant then
-    S:temp(lin.dequant, label .. ".dequantize")
+    -- the dequantized weight lives until the matmul has written its output;
+    -- the rebuilt absmax only while the weight is dequantized
+    if lin.absmax then S:temp(lin.absmax + lin.dequant, label .. ".dequantize_absmax") end
     base = S:new_tensor(rows * lin.out, x.dt, label, S:rg(x, lin.w, lin.b))
+    S:temp(lin.dequant, label .. ".dequantize")
     if base.rg then
       local edges = { { x, x.b }, { lin.w, lin.w.b } }
       if lin.b then edges[3] = { lin.b, lin.b.b } end
-      S:node(label, lin.w.rg and { x, lin.w } or { lin.w }, edges, { base }, lin.dequant)
+      local saved = (lin.w.rg or lin.bnb and x.rg) and { x, lin.w } or { lin.w }
+      S:node(label, saved, edges, { base }, lin.dequant)
     end
   else
     base = matmul(S, x, lin.w, lin.b, rows, lin.out, label)
   end
   local lo = lin.lora
   if not lo then return base end
+  if lin.bnb then -- peft: result = result.clone()
+    local c = L.copy(S, base, label .. ".clone")
+    S:drop(base)
+    base = c
+  end
   local x32 = S:to(x, FP32, label .. ".lora_cast")
   local a = matmul(S, x32, lo.a, nil, rows, lo.r, label .. ".lora_A")
   S:drop(x32)
   local bb = matmul(S, a, lo.b, nil, rows, lin.out, label .. ".lora_B")
   S:drop(a)
-  return L.lora_add(S, base, bb, label)
+  return L.lora_add(S, base, bb, label, lin.bnb and not S.autocast)
 end
 
 -- base + adapter_out * scaling, cast back to base's dtype; lets go of both.
 -- An fp32 adapter output promotes a bf16 base to fp32; under autocast the
--- adapter's linears run in bf16 and the sum stays bf16.
-function L.lora_add(S, base, bb, label)
+-- adapter's linears run in bf16 and the sum stays bf16. cast_first: the
+-- scaled adapter output is cast to base's dtype before the add (peft's bnb
+-- layers outside autocast).
+function L.lora_add(S, base, bb, label, cast_first)
   local scaled = S:op(label .. ".lora_scale", bb.n, bb.dt, { bb }, {}, { { bb } })
   S:drop(bb)
+  if cast_first then
+    local c = S:to(scaled, base.dt, label .. ".lora_cast")
+    S:drop(scaled)
+    scaled = c
+  end
   local sum_dt = S.promote(base.dt, scaled.dt)
   local sum = S:op(label .. ".lora_add", base.n, sum_dt, { base, scaled }, {},
     { { base, alias = 1 }, { scaled, alias = 1 } }, mixed(S, base.dt, scaled.dt, base.n))

@@ -56,6 +56,11 @@ function M.normalize(case, where)
   if run.lora then
     r.lora = { r = run.lora.r, alpha = run.lora.alpha, targets = run.lora.targets }
   end
+  -- QLoRA cases (tests/truth/cases_qlora.json): bitsandbytes nf4 linears
+  -- computing in the model dtype, the head unquantized
+  if run.quant then
+    r.quant = { store = run.quant.double_quant and "nf4_dq" or "nf4", compute = dt }
+  end
   if fam == "decoder" then
     r.text = decoder.normalize(cfg, where .. ": config")
   elseif fam == "vit" then

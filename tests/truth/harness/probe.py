@@ -287,7 +287,10 @@ def measure(case):
         if not mixed and dt != torch.float32:
             model.to(dt)
         lora, wrapped = run.get("lora"), []
-        if lora:
+        if run.get("quant"):  # QLoRA: bitsandbytes Linear4bit + peft (bnb_ref.py)
+            import bnb_ref
+            wrapped = bnb_ref.qlora(model, run["quant"], lora)
+        elif lora:
             wrapped = ref.add_lora(model, int(lora["r"]), float(lora.get("alpha") or 2 * lora["r"]),
                                    lora.get("targets") or ["q_proj", "k_proj", "v_proj", "o_proj"])
             if family == "vit":  # the classifier trains in full
