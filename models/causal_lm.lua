@@ -1,9 +1,27 @@
 -- A decoder-only causal LM as a simulator family (text in, logits/loss out).
 local decoder = require("models.decoder")
+local layers = require("stdlib.layers")
 local loss = require("stdlib.loss")
 local moe = require("stdlib.moe")
 
 local F = {}
+
+-- A measured case's config (tests/truth, family "decoder") is a text config.
+F.takes_text = true
+function F.case(cfg, where)
+  return { text = decoder.read(cfg, where, "config.") }
+end
+
+-- Whether a measured case's text config is an architecture the simulator
+-- models: one of the decoder's variants, without mllama's cross-attention
+-- layers.
+function F.supports(cfg)
+  local mt = cfg.model_type or "llama"
+  for _, known in ipairs(decoder.families) do
+    if known == mt then return not cfg.cross_attention_layers end
+  end
+  return false
+end
 
 -- How the experts of an MoE run: what the run asks for, else what
 -- transformers does (a loop over the experts; gpt-oss's fused experts run
@@ -148,6 +166,28 @@ function F.generate(S, P, run, prefix_embeds)
   tape:phase("cleanup")
   for _, c in pairs(cache) do S:drop(c.k, c.v) end
   S:drop(ids, tok)
+end
+
+-- PPO's critic (stdlib/rl.lua): the text decoder without its LM head, plus
+-- a Linear(H, 1). pol: the run's policies (stdlib/step.lua).
+function F.build_critic(S, run, pol)
+  local m = setmetatable({ tie = true }, { __index = run.text })
+  local trainable, lora = pol("llm")
+  local V = decoder.build(S, m, { dt = run.param_dtype, trainable = trainable, lora = lora })
+  V.value_head = layers.new_linear(S, run.text.hidden, 1, true, run.param_dtype, true,
+    "value_head")
+  return V
+end
+
+-- The critic's values of every position: (rows) in the parameter dtype.
+function F.values(S, V, r)
+  local rows = r.batch * r.seq
+  local emb = decoder.embed(S, V, rows)
+  local h = decoder.forward(S, V, emb, r)
+  S:drop(emb)
+  local v = layers.linear(S, h, V.value_head, rows)
+  S:drop(h)
+  return v
 end
 
 return F

@@ -5,6 +5,7 @@ local vram = require("vram")
 local layers = require("stdlib.layers")
 local cfgutil = require("stdlib.config")
 local compose = require("stdlib.compose")
+local errors = require("stdlib.errors")
 
 local D = { families = { "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text",
   "olmo2", "olmo3", "glm", "glm4", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2",
@@ -208,9 +209,9 @@ end }
 D.VARIANTS = V
 
 -- Reads an HF text config into the fields this file uses; errors name the
--- field and the file.
-function D.normalize(cfg, where)
-  local c = cfgutil.reader(cfg, where)
+-- file and the key (prefix: where the text config sits, e.g. "text_config.").
+function D.read(cfg, where, prefix)
+  local c = cfgutil.reader(cfg, where, prefix)
   local mt = c:str("model_type", "llama")
   local var = V[mt]
   if not var then
@@ -302,10 +303,34 @@ function D.normalize(cfg, where)
   return m
 end
 
--- Exact parameter counts by component (tied embeddings counted once).
+-- A text model nested in another config (a VLM's text_config): set holds
+-- keys forced (model_type), defaults the keys used when the config leaves
+-- them out (the transformers config class defaults).
+function D.read_nested(tcfg, where, prefix, set, defaults)
+  if type(tcfg) ~= "table" then
+    errors.input(where, prefix:gsub("%.$", ""), "must be a mapping")
+  end
+  local c = {}
+  for k, v in pairs(defaults or {}) do c[k] = v end
+  for k, v in pairs(tcfg) do c[k] = v end
+  for k, v in pairs(set or {}) do c[k] = v end
+  return D.read(c, where, prefix)
+end
+
+-- A nested text model's parts, its model and its tied duplicate, for the
+-- families not on the contract yet (models/legacy.lua).
+function D.text_parts(tcfg, where, set, defaults, prefix)
+  local m = D.read_nested(tcfg, where, "", set, defaults)
+  local p = D.params(m, prefix)
+  return p.parts, m, p.tied_duplicate
+end
+
+-- Exact parameter counts by component (tied embeddings counted once), in
+-- the family contract's form (models/README.md): parts in the "llm" tower,
+-- names prefixed with `prefix`; tied_duplicate is the tied embedding.
 -- Checked arithmetic: a config with absurd sizes is an overflow error, never
 -- a wrapped count.
-function D.params(m)
+function D.params(m, prefix)
   local H, hd = m.hidden, m.head_dim
   local add, mul = vram.add, vram.mul
   local lp, np = vram.linear_params, vram.norm_params
@@ -378,11 +403,9 @@ function D.params(m)
     parts[#parts + 1] = { name = "mtp", params = 0, note = ("%d multi-token-prediction "
       .. "layer(s) in the checkpoint, not loaded by transformers: not counted"):format(m.mtp) }
   end
-  local total = 0
-  for _, p in ipairs(parts) do total = add(total, p.params) end
+  for _, p in ipairs(parts) do p.name, p.tower = (prefix or "") .. p.name, "llm" end
   local per_layer = add(attn, norms, o and experts or dense, router, shared)
-  return { total = total, parts = parts, per_layer = per_layer,
-    tied_extra = m.tie and embed or 0 }
+  return { parts = parts, per_layer = per_layer, tied_duplicate = m.tie and embed or 0 }
 end
 
 -- The weight format of projection `leaf` (group: "experts" inside MoE

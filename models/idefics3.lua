@@ -25,6 +25,7 @@ local vram = require("vram")
 local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
 local P = require("stdlib.params")
+local decoder = require("models.decoder")
 
 local F = {}
 
@@ -56,7 +57,7 @@ function F.count(cfg, where)
     + vram.linear_params(D, I, true) + vram.linear_params(I, D, true)
   local tc = require("models.llava").text_config(cfg, where)
   if tc.tie_word_embeddings == nil then tc.tie_word_embeddings = false end
-  local text, m, tied = P.text_parts(tc, where, nil, nil, "model.text_model.")
+  local text, m, tied = decoder.text_parts(tc, where, nil, nil, "model.text_model.")
   local parts = {
     { name = "model.vision_model.embeddings", tower = "vision",
       params = vram.conv_params(v.channels, D, v.patch * v.patch, true)

@@ -1,6 +1,6 @@
 -- InternVL 1.5 / 2 / 2.5 / 3 (the remote-code checkpoints, model_type
--- "internvl_chat") and InternLM2. Counts read off the model repositories'
--- remote code (OpenGVLab/InternVL, internvl_chat/internvl/model/):
+-- "internvl_chat"). Counts read off the model repositories' remote code
+-- (OpenGVLab/InternVL, internvl_chat/internvl/model/):
 --
 -- internvit/modeling_intern_vit.py, InternVisionModel:
 --   embeddings.class_embedding      Parameter(1, 1, D)
@@ -18,13 +18,8 @@
 -- internvl_chat/modeling_internvl_chat.py, InternVLChatModel.mlp1:
 --   LayerNorm(D * r^2), Linear(D * r^2, llm_hidden), GELU,
 --   Linear(llm_hidden, llm_hidden), with r = int(1 / downsample_ratio)
--- internlm2/modeling_internlm2.py, InternLM2ForCausalLM:
---   model.tok_embeddings  Embedding(vocab, H)
---   layers: attention.wqkv Linear(H, (heads + 2*kv_heads) * head_dim,
---           bias=config.bias), attention.wo Linear(heads*head_dim, H,
---           bias=config.bias), feed_forward.w1/w3 Linear(H, I), w2 Linear(I, H)
---           (no bias), attention_norm, ffn_norm RMSNorm(H)
---   model.norm RMSNorm(H); output Linear(H, vocab, bias=False) (untied)
+-- language model: InternLM2 (models/internlm2.lua) or a Qwen2/Qwen3/Llama
+-- decoder (models/decoder.lua).
 --
 -- InternVL2-2B (InternViT-300M-448px + internlm2-chat-1_8b):
 -- 304,012,288 + 12,595,200 + 1,889,146,880 = 2,205,754,368.
@@ -33,9 +28,14 @@
 local vram = require("vram")
 local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
-local P = require("stdlib.params")
+local vt = require("stdlib.vision_tokens")
+local decoder = require("models.decoder")
+local internlm2 = require("models.internlm2")
+local siq = require("models.siq_vlm")
 
-local F = {}
+local F = { name = "internvl",
+  about = "InternVL 1.5/2/2.5/3 remote code: InternViT + mlp1 + Qwen2/InternLM2/Llama "
+    .. "(models/internvl.lua)" }
 
 -- Square sizes may be written [h, w] (the -hf configs).
 local function side(c, key)
@@ -59,11 +59,12 @@ local REMOTE = { bias = "qkv_bias", qk = "qk_normalization", qk_default = true,
 local HF = { bias = "attention_bias", qk = "use_qk_norm", qk_default = false,
   norm_default = "layer_norm" }
 
-local function vision_read(vc, where, keys)
+local function read_vision(vc, where, keys)
   local c = cfgutil.reader(vc, where, "vision_config.")
   local v = {
     hidden = c:int("hidden_size"),
     layers = c:int("num_hidden_layers"),
+    heads = c:int("num_attention_heads"),
     intermediate = c:int("intermediate_size"),
     patch = side(c, "patch_size"),
     image = side(c, "image_size"),
@@ -82,9 +83,7 @@ local function vision_read(vc, where, keys)
   return v
 end
 
-function F.vision_normalize(vc, where) return vision_read(vc, where, REMOTE) end
-
-function F.vision_parts(v)
+local function vision_parts(v)
   local D, I = v.hidden, v.intermediate
   local nk = v.norm == "layer_norm" and "layer" or "rms"
   local layer = vram.linear_params(D, 3 * D, v.qkv_bias) + vram.linear_params(D, D, true)
@@ -99,105 +98,91 @@ function F.vision_parts(v)
   }
 end
 
--- An InternLM2 text config to its parts (tower "llm").
-function F.internlm2_parts(t, where, prefix)
-  local c = cfgutil.reader(t, where, prefix or "")
-  local H = c:int("hidden_size")
-  local heads = c:int("num_attention_heads")
-  local kv = c:int("num_key_value_heads", heads)
-  local hd = H // heads
-  local I = c:int("intermediate_size")
-  local V = c:int("vocab_size")
-  local L = c:int("num_hidden_layers")
-  local bias = c:bool("bias", true) -- InternLM2Config default
-  local tie = c:bool("tie_word_embeddings", false)
-  if heads % kv ~= 0 then
-    c:fail("num_key_value_heads", ("must divide num_attention_heads (%d)"):format(heads))
-  end
-  local attn = vram.linear_params(H, (heads + 2 * kv) * hd, bias)
-    + vram.linear_params(heads * hd, H, bias)
-  local mlp = 2 * vram.linear_params(H, I, false) + vram.linear_params(I, H, false)
-  local embed = vram.embedding_params(V, H)
-  local parts = {
-    { name = "model.tok_embeddings", params = embed, tower = "llm" },
-    { name = "model.layers.attention", params = attn * L, tower = "llm" },
-    { name = "model.layers.feed_forward", params = mlp * L, tower = "llm" },
-    { name = "model.layers.norms", params = 2 * vram.norm_params(H, "rms") * L, tower = "llm" },
-    { name = "model.norm", params = vram.norm_params(H, "rms"), tower = "llm" },
-    { name = "output", params = tie and 0 or vram.linear_params(H, V, false), tower = "llm",
-      note = tie and "tied to tok_embeddings" or nil },
-  }
-  return parts, H, tie and embed or 0
-end
+-- The language model: InternLM2 (its own counts) or a decoder of
+-- models/decoder.lua. Returns {kind, text = decoder model, internlm2 = ...}.
+local ARCH_TYPES = { InternLM2ForCausalLM = "internlm2", Qwen2ForCausalLM = "qwen2",
+  LlamaForCausalLM = "llama", Qwen3ForCausalLM = "qwen3" }
 
-function F.count_internlm2(cfg, where)
-  local parts, _, tied = F.internlm2_parts(cfg, where)
-  return { parts = parts, tied_duplicate = tied }
-end
-
-local function prefixed(parts, pre)
-  for _, p in ipairs(parts) do p.name = pre .. p.name end
-  return parts
-end
-
-function F.llm_parts(lc, where)
+local function read_llm(lc, where, prefix)
   local mt = lc.model_type
-  if mt == nil and type(lc.architectures) == "table" then
-    local a = lc.architectures[1]
-    mt = ({ InternLM2ForCausalLM = "internlm2", Qwen2ForCausalLM = "qwen2",
-      LlamaForCausalLM = "llama", Qwen3ForCausalLM = "qwen3" })[a]
-  end
+  if mt == nil and type(lc.architectures) == "table" then mt = ARCH_TYPES[lc.architectures[1]] end
   if mt == "internlm2" then
-    local parts, H, tied = F.internlm2_parts(lc, where, "llm_config.")
-    return prefixed(parts, "language_model."), H, tied
+    local m = internlm2.read_text(lc, where, prefix)
+    return { internlm2 = m, text = m.text }
   elseif mt == "qwen2" or mt == "llama" or mt == "qwen3" then
-    local parts, m, tied = P.text_parts(lc, where, { model_type = mt }, nil, "language_model.")
-    return parts, m.hidden, tied
+    return { text = decoder.read_nested(lc, where, prefix, { model_type = mt }) }
   end
-  errors.input(where, "llm_config.model_type", ("InternVL with a '%s' language model is not "
+  errors.input(where, prefix .. "model_type", ("InternVL with a '%s' language model is not "
     .. "counted (known: internlm2, qwen2, qwen3, llama)"):format(tostring(mt)))
 end
 
--- Vision parts, the projector (LayerNorm(D r^2), Linear, GELU, Linear,
--- r = 1 / downsample_ratio) under `proj`, and the language model.
-local function assemble(cfg, where, v, lc, proj)
-  local llm, H, tied = F.llm_parts(lc, where)
+-- keys: the vision config's spelling; llm: where the language model's
+-- config sits; proj: the projector's module name.
+local function read_as(cfg, where, keys, llm, proj)
+  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
+  local lc = cfg[llm] or errors.input(where, llm, "is required but missing")
+  local m = read_llm(lc, where, llm .. ".")
+  m.where, m.vision, m.proj = where, read_vision(vc, where, keys), proj
   local c = cfgutil.reader(cfg, where)
-  local ds = c:num("downsample_ratio", 0.5)
-  local r = math.tointeger(math.floor(1 / ds))
-  if not r or r < 1 then c:fail("downsample_ratio", "must be in (0, 1]") end
-  local Din = v.hidden * r * r
-  local parts = F.vision_parts(v)
-  parts[#parts + 1] = { name = proj, tower = "projector", params = vram.norm_params(Din, "layer")
-    + vram.linear_params(Din, H, true) + vram.linear_params(H, H, true) }
-  return { parts = P.append(parts, llm), tied_duplicate = tied }
+  m.downsample = c:num("downsample_ratio", 0.5)
+  m.shuffle = math.tointeger(math.floor(1 / m.downsample))
+  if not m.shuffle or m.shuffle < 1 then c:fail("downsample_ratio", "must be in (0, 1]") end
+  -- the processor's tile side (InternVLChatModel: config.force_image_size)
+  m.tile = c:int("force_image_size", m.vision.image)
+  return m
 end
 
-function F.count(cfg, where)
-  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
-  local lc = cfg.llm_config or errors.input(where, "llm_config", "is required but missing")
-  return assemble(cfg, where, F.vision_normalize(vc, where), lc, "mlp1")
-end
+function F.read(cfg, where) return read_as(cfg, where, REMOTE, "llm_config", "mlp1") end
 
 -- The transformers-native format (model_type "internvl", the -hf
--- repositories; modeling_internvl.py): the same weights under other names
--- (q/k/v_proj with bias=attention_bias, projection_layer, lambda_1/2 layer
--- scales, layernorm_before/after; multi_modal_projector = mlp1) and a
--- text_config.
-function F.count_hf(cfg, where)
-  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
-  local tc = cfg.text_config or errors.input(where, "text_config", "is required but missing")
-  return assemble(cfg, where, vision_read(vc, where, HF), tc, "multi_modal_projector")
+-- repositories; modeling_internvl.py, models/internvl_hf.lua): the same
+-- weights under other names (q/k/v_proj with bias=attention_bias,
+-- projection_layer, lambda_1/2 layer scales, layernorm_before/after;
+-- multi_modal_projector = mlp1) and a text_config.
+function F.read_hf(cfg, where)
+  return read_as(cfg, where, HF, "text_config", "multi_modal_projector")
 end
 
--- Tokens per 448 x 448 tile: (image/patch)^2 * downsample_ratio^2
--- (InternVLChatModel.num_image_token).
-function F.tokens_per_tile(cfg)
-  local v = cfg.vision_config
-  local img = cfg.force_image_size or v.image_size
-  local g = img // v.patch_size
-  local ds = cfg.downsample_ratio or 0.5
-  return math.tointeger(math.floor(g * g * ds * ds))
+function F.params(m)
+  local v, H = m.vision, m.text.hidden
+  local text = m.internlm2 and internlm2.params(m.internlm2, "language_model.")
+    or decoder.params(m.text, "language_model.")
+  local Din = v.hidden * m.shuffle * m.shuffle
+  local parts = vision_parts(v)
+  parts[#parts + 1] = { name = m.proj, tower = "projector",
+    params = vram.norm_params(Din, "layer")
+    + vram.linear_params(Din, H, true) + vram.linear_params(H, H, true) }
+  for _, p in ipairs(text.parts) do parts[#parts + 1] = p end
+  return { parts = parts, tied_duplicate = text.tied_duplicate }
+end
+
+-- The tiling of the model card's dynamic_preprocess (stdlib/vision_tokens.lua,
+-- tiles): 1 to 12 tiles of the tile side, plus a thumbnail.
+F.PROCESSOR = { min_num = 1, max_num = 12, use_thumbnail = true }
+
+-- Each tile gives num_image_token = (image_size // patch_size)^2 *
+-- downsample_ratio^2 = (448/14)^2 / 4 = 256 tokens after the pixel shuffle
+-- (InternVLChatModel.num_image_token), and the prompt wraps them as
+-- <img> + <IMG_CONTEXT> * 256 * tiles + </img>.
+-- image = {height, width, max_num (optional, the processor's setting)}
+function F.image_tokens(m, image)
+  local t = vt.tiles(image.height, image.width, { image_size = m.tile,
+    min_num = F.PROCESSOR.min_num, max_num = image.max_num or F.PROCESSOR.max_num,
+    use_thumbnail = F.PROCESSOR.use_thumbnail })
+  local g = m.tile // m.vision.patch
+  t.per_tile = math.tointeger(math.floor(g * g * m.downsample * m.downsample))
+  t.image_tokens = t.per_tile * t.tiles
+  t.tokens = t.image_tokens + 2 -- <img> ... </img>
+  return t
+end
+
+-- Every tile is one image of the tower's own side.
+function F.simulator(m, images)
+  local v = m.vision
+  local tiles = F.image_tokens(m, images).tiles
+  return siq.describe({ where = m.where, text = m.text, hidden = v.hidden, layers = v.layers,
+    heads = v.heads, intermediate = v.intermediate, patch = v.patch, side = v.image,
+    merge = m.shuffle, images = images.count * tiles })
 end
 
 return F

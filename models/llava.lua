@@ -27,6 +27,7 @@ local vram = require("vram")
 local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
 local P = require("stdlib.params")
+local decoder = require("models.decoder")
 
 local F = {}
 
@@ -106,7 +107,7 @@ function F.count(cfg, where)
   local bias = c:bool("multimodal_projector_bias", true)
   local vfl = cfg.vision_feature_layer
   local nfl = type(vfl) == "table" and #vfl or 1
-  local text, m, tied = P.text_parts(F.text_config(cfg, where), where, nil, nil,
+  local text, m, tied = decoder.text_parts(F.text_config(cfg, where), where, nil, nil,
     "language_model.")
   parts[#parts + 1] = { name = "multi_modal_projector", tower = "projector",
     params = vram.add(vram.linear_params(vram.mul(D, nfl), m.hidden, bias),

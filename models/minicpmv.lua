@@ -27,6 +27,7 @@ local vram = require("vram")
 local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
 local P = require("stdlib.params")
+local decoder = require("models.decoder")
 
 local F = {}
 
@@ -55,7 +56,7 @@ function F.count(cfg, where)
   for k, x in pairs(cfg) do
     if k ~= "vision_config" and k ~= "slice_config" then text[k] = x end
   end
-  local parts, m, tied = P.text_parts(text, where, { model_type = llm_type(cfg, where) }, nil,
+  local parts, m, tied = decoder.text_parts(text, where, { model_type = llm_type(cfg, where) }, nil,
     "llm.")
   local E, Q = m.hidden, c:int("query_num", 64)
   local n = (side // patch) * (side // patch)

@@ -32,15 +32,20 @@
 local vram = require("vram")
 local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
-local P = require("stdlib.params")
+local vt = require("stdlib.vision_tokens")
+local decoder = require("models.decoder")
+local siq = require("models.siq_vlm")
 
-local F = {}
+local F = { name = "mistral3",
+  about = "Mistral Small 3.x: Pixtral ViT + patch merger projector + Mistral "
+    .. "(models/mistral3.lua)" }
 
-function F.vision_normalize(vc, where)
+local function read_vision(vc, where)
   local c = cfgutil.reader(vc, where, "vision_config.")
   return {
     hidden = c:int("hidden_size"),
     layers = c:int("num_hidden_layers"),
+    heads = c:int("num_attention_heads"),
     intermediate = c:int("intermediate_size"),
     patch = c:int("patch_size"),
     channels = c:int("num_channels", 3),
@@ -48,7 +53,28 @@ function F.vision_normalize(vc, where)
   }
 end
 
-function F.vision_parts(v)
+-- The Pixtral tower alone (LLaVA with a Pixtral tower, models/llava.lua).
+function F.vision_normalize(vc, where) return read_vision(vc, where) end
+
+function F.read(cfg, where)
+  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
+  local tc = cfg.text_config or errors.input(where, "text_config", "is required but missing")
+  local m = { where = where, vision = read_vision(vc, where) }
+  local c = cfgutil.reader(cfg, where)
+  -- Mistral3Config defaults: spatial_merge_size 2, multimodal_projector_bias
+  -- False, vision_feature_layer -1 (one layer; a list concatenates several)
+  m.merge = c:int("spatial_merge_size", 2)
+  m.projector_bias = c:bool("multimodal_projector_bias", false)
+  local vfl = cfg.vision_feature_layer
+  m.feature_layers = type(vfl) == "table" and #vfl or 1
+  local tie = tc.tie_word_embeddings
+  if tie == nil then tie = cfg.tie_word_embeddings end
+  m.text = decoder.read_nested(tc, where, "text_config.", { model_type = "mistral",
+    tie_word_embeddings = tie or false })
+  return m
+end
+
+local function vision_parts(v)
   local H, I = v.hidden, v.intermediate
   local layer = 2 * vram.norm_params(H, "rms") + 4 * vram.linear_params(H, H, false)
     + 2 * vram.linear_params(H, I, false) + vram.linear_params(I, H, false)
@@ -60,27 +86,42 @@ function F.vision_parts(v)
   }
 end
 
-function F.count(cfg, where)
-  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
-  local tc = cfg.text_config or errors.input(where, "text_config", "is required but missing")
-  local v = F.vision_normalize(vc, where)
-  local c = cfgutil.reader(cfg, where)
-  -- Mistral3Config defaults: spatial_merge_size 2, multimodal_projector_bias
-  -- False, vision_feature_layer -1 (one layer; a list concatenates several)
-  local merge = c:int("spatial_merge_size", 2)
-  local bias = c:bool("multimodal_projector_bias", false)
-  local vfl = cfg.vision_feature_layer
-  local nfl = type(vfl) == "table" and #vfl or 1
-  local tie = tc.tie_word_embeddings
-  if tie == nil then tie = cfg.tie_word_embeddings end
-  local text, m, tied = P.text_parts(tc, where, { model_type = "mistral",
-    tie_word_embeddings = tie or false }, nil, "language_model.")
-  local H = v.hidden
-  local parts = F.vision_parts(v)
+function F.vision_parts(v) return vision_parts(v) end
+
+function F.params(m)
+  local H, T, merge = m.vision.hidden, m.text.hidden, m.merge
+  local parts = vision_parts(m.vision)
   parts[#parts + 1] = { name = "multi_modal_projector", tower = "projector",
     params = vram.norm_params(H, "rms") + vram.linear_params(H * merge * merge, H, false)
-      + vram.linear_params(H * nfl, m.hidden, bias) + vram.linear_params(m.hidden, m.hidden, bias) }
-  return { parts = P.append(parts, text), tied_duplicate = tied }
+      + vram.linear_params(H * m.feature_layers, T, m.projector_bias)
+      + vram.linear_params(T, T, m.projector_bias) }
+  local text = decoder.params(m.text, "language_model.")
+  for _, p in ipairs(text.parts) do parts[#parts + 1] = p end
+  return { parts = parts, tied_duplicate = text.tied_duplicate }
+end
+
+-- The Pixtral processor's longest edge (Mistral Small 3.1's
+-- preprocessor_config.json: size {"longest_edge": 1540}); the rule is
+-- stdlib/vision_tokens.lua's longest_edge_grid. With patch 14 and
+-- spatial_merge_size 2 a 1540 x 1540 image is 110 x 110 patches, merged 2 x 2 into 55 x 55 =
+-- 3025 image tokens (seed 003's figure), and the sequence holds 55 rows of
+-- 55 [IMG] + 1 separator: 3025 + 54 [IMG_BREAK] + 1 [IMG_END] = 3080.
+F.PROCESSOR = { longest_edge = 1540 }
+
+-- image = {height, width, longest_edge (optional, the processor's setting)}
+function F.image_tokens(m, image)
+  return vt.longest_edge_grid(image.height, image.width, { patch_size = m.vision.patch,
+    merge_size = m.merge, longest_edge = image.longest_edge or F.PROCESSOR.longest_edge })
+end
+
+-- The patch grid is the merged grid times the merge each way; the gated
+-- MLP and RMSNorms are simulated as SigLIP's (models/siq_vlm.lua).
+function F.simulator(m, images)
+  local v, t = m.vision, F.image_tokens(m, images)
+  return siq.describe({ where = m.where, text = m.text, hidden = v.hidden, layers = v.layers,
+    heads = v.heads, intermediate = v.intermediate, patch = v.patch, side = v.patch,
+    grid_h = m.merge * t.rows, grid_w = m.merge * t.cols, merge = m.merge,
+    images = images.count })
 end
 
 return F

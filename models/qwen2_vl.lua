@@ -19,17 +19,23 @@
 -- 2,208,985,600, the count the Hub reports for the checkpoint.
 local vram = require("vram")
 local cfgutil = require("stdlib.config")
+local errors = require("stdlib.errors")
+local vt = require("stdlib.vision_tokens")
 local P = require("stdlib.params")
+local decoder = require("models.decoder")
+local siq = require("models.siq_vlm")
 
-local F = {}
+local F = { name = "qwen2_vl",
+  about = "Qwen2-VL: ViT (Conv3d patch 14) + PatchMerger + Qwen2 (models/qwen2_vl.lua)" }
 
 -- Qwen2VLVisionConfig (configuration_qwen2_vl.py): in_channels 3 (older
 -- files spell it in_chans), temporal_patch_size 2, spatial_merge_size 2.
-function F.vision_normalize(vc, where)
+local function read_vision(vc, where)
   local c = cfgutil.reader(vc, where, "vision_config.")
   local v = {
     embed_dim = c:int("embed_dim"),
     depth = c:int("depth"),
+    heads = c:int("num_heads"),
     mlp_ratio = c:num("mlp_ratio", 4),
     hidden = c:int("hidden_size"),
     patch = c:int("patch_size", 14),
@@ -41,7 +47,19 @@ function F.vision_normalize(vc, where)
   return v
 end
 
-function F.vision_parts(v)
+-- The text fields are top-level in the original (flat) layout and under
+-- text_config in the layout transformers >= 4.52 saves.
+function F.read(cfg, where)
+  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
+  local tcfg = cfg.text_config or cfg
+  local tie = tcfg.tie_word_embeddings
+  if tie == nil then tie = cfg.tie_word_embeddings end
+  return { where = where, vision = read_vision(vc, where),
+    text = decoder.read_nested(tcfg, where, cfg.text_config and "text_config." or "",
+      { model_type = "qwen2", tie_word_embeddings = tie or false }) }
+end
+
+local function vision_parts(v)
   local D = v.embed_dim
   local block = 2 * vram.norm_params(D, "layer")
     + vram.linear_params(D, 3 * D, true) + vram.linear_params(D, D, true)
@@ -56,18 +74,41 @@ function F.vision_parts(v)
   }
 end
 
--- The text fields are top-level in the original (flat) layout and under
--- text_config in the layout transformers >= 4.52 saves.
-function F.count(cfg, where)
-  local vc = cfg.vision_config or
-    require("stdlib.errors").input(where, "vision_config", "is required but missing")
-  local v = F.vision_normalize(vc, where)
-  local tcfg = cfg.text_config or cfg
-  local tie = tcfg.tie_word_embeddings
-  if tie == nil then tie = cfg.tie_word_embeddings end
-  local parts, _, tied = P.text_parts(tcfg, where, { model_type = "qwen2",
-    tie_word_embeddings = tie or false }, nil, "model.")
-  return { parts = P.append(F.vision_parts(v), parts), tied_duplicate = tied }
+function F.params(m)
+  local text = decoder.params(m.text, "model.")
+  local parts = vision_parts(m.vision)
+  for _, p in ipairs(text.parts) do parts[#parts + 1] = p end
+  return { parts = parts, tied_duplicate = text.tied_duplicate }
+end
+
+-- Qwen2VLImageProcessor.__init__: size = {"shortest_edge": 56 * 56,
+-- "longest_edge": 28 * 28 * 1280}, i.e. min_pixels 3,136 and max_pixels
+-- 1,003,520 (the rule is stdlib/vision_tokens.lua's dynamic_grid, with the
+-- factor patch_size x spatial_merge_size = 28).
+F.PROCESSOR = { min_pixels = 56 * 56, max_pixels = 28 * 28 * 1280 }
+
+-- image = {height, width, max_pixels (optional, the processor's setting)}
+function F.image_tokens(m, image)
+  return vt.dynamic_grid(image.height, image.width, { patch_size = m.vision.patch,
+    merge_size = m.vision.merge, min_pixels = F.PROCESSOR.min_pixels,
+    max_pixels = image.max_pixels or F.PROCESSOR.max_pixels })
+end
+
+-- Elements of the processor's pixel_values for one image: the patches
+-- flattened with their temporal copies, grid_h x grid_w rows of
+-- channels x temporal_patch_size x patch x patch.
+function F.pixel_values(m, image)
+  local t, v = F.image_tokens(m, image), m.vision
+  return t.patches * v.channels * v.temporal * v.patch * v.patch
+end
+
+-- images = {count, height, width, max_pixels}: every image of a sample the
+-- same size.
+function F.simulator(m, images)
+  local v, t = m.vision, F.image_tokens(m, images)
+  return siq.describe({ where = m.where, text = m.text, hidden = v.embed_dim, layers = v.depth,
+    heads = v.heads, intermediate = v.mlp, patch = v.patch, side = t.factor,
+    grid_h = t.grid[2], grid_w = t.grid[3], merge = v.merge, images = images.count })
 end
 
 -- Qwen2.5-VL (modeling_qwen2_5_vl.py): the vision blocks change to
@@ -117,7 +158,7 @@ function F.count_2_5(cfg, where)
   for k, x in pairs(tcfg) do
     if k ~= "vision_config" and k ~= "text_config" then plain[k] = x end
   end
-  local parts, m, tied = P.text_parts(plain, where, { model_type = "qwen2",
+  local parts, m, tied = decoder.text_parts(plain, where, { model_type = "qwen2",
     tie_word_embeddings = tie or false }, nil, "model.")
   if m.hidden ~= v.out_hidden then
     require("stdlib.errors").input(where, "vision_config.out_hidden_size", ("must equal the text "

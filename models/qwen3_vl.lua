@@ -41,15 +41,19 @@
 local vram = require("vram")
 local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
-local P = require("stdlib.params")
+local vt = require("stdlib.vision_tokens")
+local decoder = require("models.decoder")
+local siq = require("models.siq_vlm")
 
-local F = {}
+local F = { name = "qwen3_vl",
+  about = "Qwen3-VL: ViT (patch 16) + merger + DeepStack mergers + Qwen3 (models/qwen3_vl.lua)" }
 
-function F.vision_normalize(vc, where)
+local function read_vision(vc, where)
   local c = cfgutil.reader(vc, where, "vision_config.")
   local v = {
     hidden = c:int("hidden_size"),
     depth = c:int("depth"),
+    heads = c:int("num_heads"),
     intermediate = c:int("intermediate_size"),
     out_hidden = c:int("out_hidden_size"),
     patch = c:int("patch_size"),
@@ -70,13 +74,32 @@ function F.vision_normalize(vc, where)
   return v
 end
 
+-- The decoder model_type of a Qwen3-VL config's text model:
+-- qwen3_vl_text is Qwen3's attention (q_norm/k_norm, attention_bias);
+-- qwen3_vl_moe_text adds Qwen3-MoE's experts.
+function F.text_model_type(cfg)
+  local t = type(cfg.text_config) == "table" and cfg.text_config.model_type or nil
+  if cfg.model_type == "qwen3_vl_moe" or t == "qwen3_vl_moe_text" then return "qwen3_moe" end
+  return "qwen3"
+end
+
+function F.read(cfg, where)
+  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
+  local tcfg = cfg.text_config or errors.input(where, "text_config", "is required but missing")
+  local v = read_vision(vc, where)
+  local tie = tcfg.tie_word_embeddings
+  if tie == nil then tie = cfg.tie_word_embeddings end
+  return { where = where, vision = v, text = decoder.read_nested(tcfg, where, "text_config.",
+    { model_type = F.text_model_type(cfg), tie_word_embeddings = tie or false }) }
+end
+
 local function merger(v, postshuffle)
   local H4 = v.hidden * v.merge * v.merge
   return vram.norm_params(postshuffle and H4 or v.hidden, "layer")
     + vram.linear_params(H4, H4, true) + vram.linear_params(H4, v.out_hidden, true)
 end
 
-function F.vision_parts(v)
+local function vision_parts(v)
   local H, I = v.hidden, v.intermediate
   local block = 2 * vram.norm_params(H, "layer")
     + vram.linear_params(H, 3 * H, true) + vram.linear_params(H, H, true)
@@ -93,24 +116,35 @@ function F.vision_parts(v)
   }
 end
 
--- The decoder model_type of a Qwen3-VL config's text model.
-function F.text_model_type(cfg)
-  local t = type(cfg.text_config) == "table" and cfg.text_config.model_type or nil
-  if cfg.model_type == "qwen3_vl_moe" or t == "qwen3_vl_moe_text" then return "qwen3_moe" end
-  return "qwen3"
+function F.params(m)
+  local text = decoder.params(m.text, "model.language_model.")
+  local parts = vision_parts(m.vision)
+  for _, p in ipairs(text.parts) do parts[#parts + 1] = p end
+  return { parts = parts, tied_duplicate = text.tied_duplicate }
 end
 
-function F.count(cfg, where)
-  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
-  local tcfg = cfg.text_config or errors.input(where, "text_config", "is required but missing")
-  local v = F.vision_normalize(vc, where)
-  local tie = tcfg.tie_word_embeddings
-  if tie == nil then tie = cfg.tie_word_embeddings end
-  -- qwen3_vl_text is Qwen3's attention (q_norm/k_norm, attention_bias);
-  -- qwen3_vl_moe_text adds Qwen3-MoE's experts
-  local parts, _, tied = P.text_parts(tcfg, where, { model_type = F.text_model_type(cfg),
-    tie_word_embeddings = tie or false }, nil, "model.language_model.")
-  return { parts = P.append(F.vision_parts(v), parts), tied_duplicate = tied }
+-- Qwen3-VL's preprocessor_config.json (Qwen/Qwen3-VL-4B-Instruct;
+-- image_processor_type Qwen2VLImageProcessorFast) sets size
+-- {"shortest_edge": 65536, "longest_edge": 16777216}: 256^2 to 4096^2
+-- pixels. With patch 16 and merge 2 one token covers 32 x 32 = 1024
+-- pixels, so tokens ~ pixels / 1024 (stdlib/vision_tokens.lua's
+-- dynamic_grid).
+F.PROCESSOR = { min_pixels = 65536, max_pixels = 16777216 }
+
+-- image = {height, width, max_pixels (optional, the processor's setting)}
+function F.image_tokens(m, image)
+  return vt.dynamic_grid(image.height, image.width, { patch_size = m.vision.patch,
+    merge_size = m.vision.merge, min_pixels = F.PROCESSOR.min_pixels,
+    max_pixels = image.max_pixels or F.PROCESSOR.max_pixels })
+end
+
+-- The DeepStack mergers are simulated as extra projectors (models/siq_vlm.lua).
+function F.simulator(m, images)
+  local v, t = m.vision, F.image_tokens(m, images)
+  return siq.describe({ where = m.where, text = m.text, hidden = v.hidden, layers = v.depth,
+    heads = v.heads, intermediate = v.intermediate, patch = v.patch, side = t.factor,
+    grid_h = t.grid[2], grid_w = t.grid[3], merge = v.merge, deepstack = v.deepstack,
+    images = images.count })
 end
 
 return F

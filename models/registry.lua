@@ -1,119 +1,96 @@
--- Which family file counts a Hugging Face config.json, found by its
--- `model_type` (then its `architectures`), and the presets shipped in
+-- Which family module reads a Hugging Face config.json, found by its
+-- `model_type` (then its `architectures`), the simulator modules of the
+-- measured-case dialect (tests/truth), and the presets shipped in
 -- examples/configs/ (the sandbox cannot list directories, so they are
--- listed here).
---
--- A family is a module in models/ that exports `count(cfg, where)`
--- returning { parts = {{name=, params=, tower=, note=}...}, tied_duplicate= }
--- (entry.fn names another function of the module), or, like
--- models/decoder.lua, `normalize(cfg, where)` + `params(m)`.
--- To add a family: add models/<name>.lua and register it in FAMILIES below.
+-- listed here). This file only lists modules: what a family exports is the
+-- contract in models/README.md, and nothing outside a family's own module
+-- branches on its name. Callers (scripts/cli, recipes) resolve a family
+-- here and hand it, or this registry, to stdlib, which never requires
+-- models/.
 local errors = require("stdlib.errors")
 
 local R = {}
 
 R.FAMILIES = {
-  { name = "decoder", module = "models.decoder",
-    model_types = { "llama", "mistral", "qwen2", "qwen3" },
+  { module = "models.decoder_lm", model_types = { "llama", "mistral", "qwen2", "qwen3" },
     architectures = { "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-      "Qwen3ForCausalLM" },
-    about = "decoder-only LMs: Llama, Mistral, Qwen2/2.5, Qwen3 (models/decoder.lua)" },
-  { name = "phi3", module = "models.decoder", model_types = { "phi3" },
-    architectures = { "Phi3ForCausalLM" },
-    about = "Phi-3/3.5/4: fused qkv_proj and gate_up_proj (models/decoder.lua)" },
-  { name = "gemma2", module = "models.decoder", model_types = { "gemma2" },
-    architectures = { "Gemma2ForCausalLM" },
-    about = "Gemma 2: sandwich norms, (1+w) RMSNorm, soft-capping (models/decoder.lua)" },
-  { name = "gemma3_text", module = "models.decoder", model_types = { "gemma3_text" },
-    architectures = { "Gemma3ForCausalLM" },
-    about = "Gemma 3 text: Gemma 2 layout plus per-head q/k norms (models/decoder.lua)" },
-  { name = "olmo2", module = "models.decoder", model_types = { "olmo2", "olmo3" },
-    architectures = { "Olmo2ForCausalLM", "Olmo3ForCausalLM" },
-    about = "OLMo 2/3: post-norms only, full-width q/k norms (models/decoder.lua)" },
-  { name = "glm", module = "models.decoder", model_types = { "glm", "glm4" },
-    architectures = { "GlmForCausalLM", "Glm4ForCausalLM" },
-    about = "GLM-4 (-hf): q/k/v bias, fused gate_up; glm4 with four norms (models/decoder.lua)" },
-  { name = "mixtral", module = "models.decoder", model_types = { "mixtral" },
-    architectures = { "MixtralForCausalLM" },
-    about = "Mixtral MoE: top-k of num_local_experts SwiGLU experts (models/decoder.lua)" },
-  { name = "qwen2_moe", module = "models.decoder", model_types = { "qwen2_moe" },
-    architectures = { "Qwen2MoeForCausalLM" },
-    about = "Qwen1.5/2-MoE: routed + gated shared expert (models/decoder.lua)" },
-  { name = "qwen3_moe", module = "models.decoder", model_types = { "qwen3_moe" },
-    architectures = { "Qwen3MoeForCausalLM" },
-    about = "Qwen3-MoE: routed experts, per-head q/k norms (models/decoder.lua)" },
-  { name = "olmoe", module = "models.decoder", model_types = { "olmoe" },
-    architectures = { "OlmoeForCausalLM" },
-    about = "OLMoE: routed experts, full-width q/k norms (models/decoder.lua)" },
-  { name = "deepseek", module = "models.decoder", model_types = { "deepseek_v2", "deepseek_v3" },
-    architectures = { "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM" },
-    about = "DeepSeek-V2/V3: MLA, first-k dense layers, shared + routed experts "
-      .. "(models/decoder.lua)" },
-  { name = "gpt_oss", module = "models.decoder", model_types = { "gpt_oss" },
-    architectures = { "GptOssForCausalLM" },
-    about = "gpt-oss: attention sinks, fused biased experts, mxfp4 (models/decoder.lua)" },
-  { name = "internlm2", module = "models.internvl", fn = "count_internlm2",
-    model_types = { "internlm2" }, architectures = { "InternLM2ForCausalLM" },
-    about = "InternLM2 (fused wqkv), the LLM of InternVL2 (models/internvl.lua)" },
-  { name = "gemma", module = "models.paligemma", fn = "count_gemma",
-    model_types = { "gemma" }, architectures = { "GemmaForCausalLM" },
-    about = "Gemma 1 decoder, PaliGemma's LLM (models/paligemma.lua)" },
-  { name = "qwen2_vl", module = "models.qwen2_vl",
-    model_types = { "qwen2_vl" }, architectures = { "Qwen2VLForConditionalGeneration" },
-    about = "Qwen2-VL: ViT (Conv3d patch 14) + PatchMerger + Qwen2 (models/qwen2_vl.lua)" },
-  { name = "qwen3_vl", module = "models.qwen3_vl",
-    model_types = { "qwen3_vl", "qwen3_vl_moe" },
-    architectures = { "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration" },
-    about = "Qwen3-VL: ViT (patch 16) + merger + DeepStack mergers + Qwen3 (models/qwen3_vl.lua)" },
-  { name = "qwen2_5_vl", module = "models.qwen2_vl", fn = "count_2_5",
-    model_types = { "qwen2_5_vl" }, architectures = { "Qwen2_5_VLForConditionalGeneration" },
-    about = "Qwen2.5-VL: ViT (RMSNorm, gated MLP, windowed attention) + PatchMerger + Qwen2 "
-      .. "(models/qwen2_vl.lua)" },
-  { name = "gemma3", module = "models.paligemma", fn = "count_gemma3",
-    model_types = { "gemma3" }, architectures = { "Gemma3ForConditionalGeneration" },
-    about = "Gemma 3 multimodal: SigLIP + pooled projector + Gemma 3 text (models/paligemma.lua)" },
-  { name = "llava", module = "models.llava",
+      "Qwen3ForCausalLM" } },
+  { module = "models.phi3", model_types = { "phi3" },
+    architectures = { "Phi3ForCausalLM" } },
+  { module = "models.gemma2", model_types = { "gemma2" },
+    architectures = { "Gemma2ForCausalLM" } },
+  { module = "models.gemma3_text", model_types = { "gemma3_text" },
+    architectures = { "Gemma3ForCausalLM" } },
+  { module = "models.olmo2", model_types = { "olmo2", "olmo3" },
+    architectures = { "Olmo2ForCausalLM", "Olmo3ForCausalLM" } },
+  { module = "models.glm", model_types = { "glm", "glm4" },
+    architectures = { "GlmForCausalLM", "Glm4ForCausalLM" } },
+  { module = "models.mixtral", model_types = { "mixtral" },
+    architectures = { "MixtralForCausalLM" } },
+  { module = "models.qwen2_moe", model_types = { "qwen2_moe" },
+    architectures = { "Qwen2MoeForCausalLM" } },
+  { module = "models.qwen3_moe", model_types = { "qwen3_moe" },
+    architectures = { "Qwen3MoeForCausalLM" } },
+  { module = "models.olmoe", model_types = { "olmoe" },
+    architectures = { "OlmoeForCausalLM" } },
+  { module = "models.deepseek", model_types = { "deepseek_v2", "deepseek_v3" },
+    architectures = { "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM" } },
+  { module = "models.gpt_oss", model_types = { "gpt_oss" },
+    architectures = { "GptOssForCausalLM" } },
+  { module = "models.internlm2", model_types = { "internlm2" },
+    architectures = { "InternLM2ForCausalLM" } },
+  { module = "models.gemma", model_types = { "gemma" }, architectures = { "GemmaForCausalLM" } },
+  { module = "models.qwen2_vl", model_types = { "qwen2_vl" },
+    architectures = { "Qwen2VLForConditionalGeneration" } },
+  { module = "models.qwen3_vl", model_types = { "qwen3_vl", "qwen3_vl_moe" },
+    architectures = { "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration" } },
+  { module = "models.internvl_hf", model_types = { "internvl" },
+    architectures = { "InternVLForConditionalGeneration" } },
+  -- not on the family contract yet: wrapped by models/legacy.lua
+  { legacy = { name = "qwen2_5_vl", module = "models.qwen2_vl", fn = "count_2_5", vlm = true,
+      about = "Qwen2.5-VL: ViT (RMSNorm, gated MLP, windowed attention) + PatchMerger + Qwen2 "
+        .. "(models/qwen2_vl.lua)" },
+    model_types = { "qwen2_5_vl" }, architectures = { "Qwen2_5_VLForConditionalGeneration" } },
+  { legacy = { name = "gemma3", module = "models.paligemma", fn = "count_gemma3", vlm = true,
+      about = "Gemma 3 multimodal: SigLIP + pooled projector + Gemma 3 text "
+        .. "(models/paligemma.lua)" },
+    model_types = { "gemma3" }, architectures = { "Gemma3ForConditionalGeneration" } },
+  { legacy = { name = "llava", module = "models.llava", vlm = true,
+      about = "LLaVA / LLaVA-NeXT / OneVision: CLIP, SigLIP or Pixtral tower + MLP projector + "
+        .. "any decoder (models/llava.lua)" },
     model_types = { "llava", "llava_next", "llava_onevision" },
     architectures = { "LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
-      "LlavaOnevisionForConditionalGeneration" },
-    about = "LLaVA / LLaVA-NeXT / OneVision: CLIP, SigLIP or Pixtral tower + MLP projector + "
-      .. "any decoder (models/llava.lua)" },
-  { name = "internvl_hf", module = "models.internvl", fn = "count_hf",
-    model_types = { "internvl" }, architectures = { "InternVLForConditionalGeneration" },
-    about = "InternVL 2.5/3 in transformers' own format (-hf): InternViT + projector + "
-      .. "Qwen2/Qwen3/Llama (models/internvl.lua)" },
-  { name = "idefics3", module = "models.idefics3",
+      "LlavaOnevisionForConditionalGeneration" } },
+  { legacy = { name = "idefics3", module = "models.idefics3", vlm = true,
+      about = "Idefics3 / SmolVLM: SigLIP-style tower + pixel shuffle + linear projection + "
+        .. "Llama, image splitting (models/idefics3.lua)" },
     model_types = { "idefics3", "smolvlm" },
-    architectures = { "Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration" },
-    about = "Idefics3 / SmolVLM: SigLIP-style tower + pixel shuffle + linear projection + "
-      .. "Llama, image splitting (models/idefics3.lua)" },
-  { name = "minicpmv", module = "models.minicpmv",
-    model_types = { "minicpmv" }, architectures = { "MiniCPMV" },
-    about = "MiniCPM-V 2.5/2.6/4.5 (remote code): SigLIP-style tower + resampler + "
-      .. "Llama 3 / Qwen2 / Qwen3, image slices (models/minicpmv.lua)" },
-  { name = "mllama", module = "models.mllama",
-    model_types = { "mllama" }, architectures = { "MllamaForConditionalGeneration" },
-    about = "Llama 3.2 Vision: tiled ViT with global layers + projector + Llama with "
-      .. "cross-attention layers (models/mllama.lua; counts only)" },
-  { name = "internvl", module = "models.internvl",
-    model_types = { "internvl_chat" }, architectures = { "InternVLChatModel" },
-    about = "InternVL 1.5/2/2.5/3 remote code: InternViT + mlp1 + Qwen2/InternLM2/Llama "
-      .. "(models/internvl.lua)" },
-  { name = "paligemma", module = "models.paligemma",
-    model_types = { "paligemma" }, architectures = { "PaliGemmaForConditionalGeneration" },
-    about = "PaliGemma: SigLIP + linear projector + Gemma (models/paligemma.lua)" },
-  { name = "siglip", module = "models.paligemma", fn = "count_siglip",
-    model_types = { "siglip", "siglip_vision_model" },
-    architectures = { "SiglipModel", "SiglipVisionModel" },
-    about = "SigLIP / SigLIP2 fixed-resolution, text + vision towers (models/paligemma.lua)" },
-  { name = "mistral3", module = "models.mistral3",
-    model_types = { "mistral3" }, architectures = { "Mistral3ForConditionalGeneration" },
-    about = "Mistral Small 3.x: Pixtral ViT + patch merger projector + Mistral "
-      .. "(models/mistral3.lua)" },
-  { name = "yxanul", module = "models.yxanul",
-    model_types = { "yxanul" }, architectures = { "YxanulForCausalLM" },
-    about = "Yxanul: GQA decoder with factorized embeddings (models/yxanul.lua)" },
+    architectures = { "Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration" } },
+  { legacy = { name = "minicpmv", module = "models.minicpmv", vlm = true,
+      about = "MiniCPM-V 2.5/2.6/4.5 (remote code): SigLIP-style tower + resampler + "
+        .. "Llama 3 / Qwen2 / Qwen3, image slices (models/minicpmv.lua)" },
+    model_types = { "minicpmv" }, architectures = { "MiniCPMV" } },
+  { legacy = { name = "mllama", module = "models.mllama",
+      refuse = "mllama's cross-attention layers are not simulated yet; `vramlua params` counts "
+        .. "the model",
+      about = "Llama 3.2 Vision: tiled ViT with global layers + projector + Llama with "
+        .. "cross-attention layers (models/mllama.lua; counts only)" },
+    model_types = { "mllama" }, architectures = { "MllamaForConditionalGeneration" } },
+  { module = "models.internvl", model_types = { "internvl_chat" },
+    architectures = { "InternVLChatModel" } },
+  { module = "models.paligemma", model_types = { "paligemma" },
+    architectures = { "PaliGemmaForConditionalGeneration" } },
+  { module = "models.siglip_model", model_types = { "siglip", "siglip_vision_model" },
+    architectures = { "SiglipModel", "SiglipVisionModel" } },
+  { module = "models.mistral3", model_types = { "mistral3" },
+    architectures = { "Mistral3ForConditionalGeneration" } },
+  { module = "models.yxanul", model_types = { "yxanul" }, architectures = { "YxanulForCausalLM" } },
 }
+
+-- The measured-case dialect's `family` field (tests/truth: decoder, vit,
+-- vlm) names a simulator module directly; each exports case(cfg, where).
+R.TRUTH = { decoder = "models.causal_lm", vit = "models.siglip_classifier",
+  vlm = "models.siq_vlm" }
 
 -- Presets in examples/configs/<name>.json with the parameter count each
 -- model's publisher (or its safetensors header) gives. `hf` lists every hub
@@ -186,65 +163,66 @@ function R.preset_path(name)
   return "examples/configs/" .. name .. ".json"
 end
 
-local function index(field)
-  local t = {}
-  for _, f in ipairs(R.FAMILIES) do
-    for _, k in ipairs(f[field]) do t[k] = f end
-  end
-  return t
+local by_type, by_arch = {}, {}
+for _, f in ipairs(R.FAMILIES) do
+  for _, k in ipairs(f.model_types) do by_type[k] = f end
+  for _, k in ipairs(f.architectures) do by_arch[k] = f end
 end
 
-function R.family(name)
-  for _, f in ipairs(R.FAMILIES) do
-    if f.name == name then return f end
+-- The family module of an entry (a legacy one wrapped, models/legacy.lua).
+local function module_of(f)
+  if f.legacy then
+    f.wrapped = f.wrapped or require("models.legacy").family(f.legacy)
+    return f.wrapped
   end
+  return require(f.module)
+end
+
+-- Every family: {name, about, model_types, module} in registry order.
+function R.list()
+  local out = {}
+  for i, f in ipairs(R.FAMILIES) do
+    local mod = module_of(f)
+    out[i] = { name = mod.name, about = mod.about, model_types = f.model_types,
+      module = f.module or f.legacy.module, family = mod }
+  end
+  return out
 end
 
 -- "decoder (llama, mistral, qwen2, qwen3), internlm2 (internlm2), ..."
 function R.known()
   local out = {}
-  for _, f in ipairs(R.FAMILIES) do
+  for _, f in ipairs(R.list()) do
     out[#out + 1] = f.name .. " (" .. table.concat(f.model_types, ", ") .. ")"
   end
   return table.concat(out, "; ")
 end
 
--- Counts cfg with the family `entry` (its count() or normalize()+params()).
-function R.count_with(entry, cfg, where)
-  local fam = require(entry.module)
-  local fn = fam[entry.fn or "count"]
-  if fn then return fn(cfg, where) end
-  return fam.params(fam.normalize(cfg, where))
+-- A copy of cfg with model_type set.
+local function typed(cfg, mt)
+  local copy = {}
+  for k, v in pairs(cfg) do copy[k] = v end
+  copy.model_type = mt
+  return copy
 end
 
--- cfg itself, or a copy whose model_type is the one its architecture names
--- when the family was found by architecture (the lists are parallel).
-function R.with_model_type(entry, cfg)
-  for _, t in ipairs(entry.model_types) do
-    if cfg.model_type == t then return cfg end
-  end
+-- The family module for a config table, and the config as the family reads
+-- it: found by architecture, a copy with the model_type that architecture
+-- names (the lists are parallel). where: the file, for errors.
+function R.find(cfg, where)
+  if type(cfg) ~= "table" then errors.input(where, "", "a config must be a JSON object") end
+  local mt = cfg.model_type
+  if type(mt) == "string" and by_type[mt] then return module_of(by_type[mt]), cfg end
   local archs = type(cfg.architectures) == "table" and cfg.architectures or {}
   for _, a in ipairs(archs) do
-    for i, x in ipairs(entry.architectures) do
-      if x == a then
-        local copy = {}
-        for k, v in pairs(cfg) do copy[k] = v end
-        copy.model_type = entry.model_types[i] or entry.model_types[1]
-        return copy
+    local f = by_arch[a]
+    if f then
+      for i, x in ipairs(f.architectures) do
+        if x == a then
+          return module_of(f), typed(cfg, f.model_types[i] or f.model_types[1])
+        end
       end
     end
-  end
-  return cfg
-end
-
--- The family entry for a config table. where: the file, for errors.
-function R.find(cfg, where)
-  local by_type, by_arch = index("model_types"), index("architectures")
-  local mt = cfg.model_type
-  if type(mt) == "string" and by_type[mt] then return by_type[mt] end
-  local archs = type(cfg.architectures) == "table" and cfg.architectures or {}
-  for _, a in ipairs(archs) do
-    if by_arch[a] then return by_arch[a] end
   end
   local what
   if type(mt) == "string" then
@@ -262,10 +240,8 @@ function R.find(cfg, where)
   if hint then
     -- never a hint to a family that does not model keys of this config that
     -- change the count (it would refuse them: a Mixtral config is no mistral)
-    local copy = {}
-    for k, v in pairs(cfg) do copy[k] = v end
-    copy.model_type = hint
-    local ok, err = pcall(R.count_with, by_type[hint], copy, where)
+    local fam = module_of(by_type[hint])
+    local ok, err = pcall(function() return fam.params(fam.read(typed(cfg, hint), where)) end)
     local msg = not ok and (type(err) == "table" and err.msg or tostring(err)) or ""
     if msg:find("changes the parameter count", 1, true) then hint = nil end
   end
@@ -273,6 +249,12 @@ function R.find(cfg, where)
     .. (hint and ("; did you mean '" .. hint .. "'?") or "")
     .. ". Known families: " .. R.known()
     .. ". To add one, add models/<name>.lua and register it in models/registry.lua")
+end
+
+-- The simulator module of a measured case's family, or nil.
+function R.truth(name)
+  local mod = R.TRUTH[name]
+  return mod and require(mod)
 end
 
 return R

@@ -8,8 +8,9 @@ local compose = require("stdlib.compose")
 
 local V = {}
 
-function V.normalize(cfg, where)
-  local c = cfgutil.reader(cfg, where)
+-- A SigLIP vision config (nested at `prefix`, e.g. "vision_config.").
+function V.normalize(cfg, where, prefix)
+  local c = cfgutil.reader(cfg, where, prefix)
   local m = {
     hidden = c:int("hidden_size"),
     layers = c:int("num_hidden_layers"),
@@ -53,6 +54,27 @@ function V.params(m)
     -- MAP head: probe, MultiheadAttention (in_proj 3DxD + out), LayerNorm, MLP
     parts[#parts + 1] = { name = "vision.head", params = D + 3 * D * D + 3 * D
       + vram.linear_params(D, D, true) + vram.norm_params(D, "layer") + mlp }
+  end
+  return parts
+end
+
+-- A SigLIP vision config as a checkpoint's config.json gives it, with the
+-- defaults of SiglipVisionConfig / SiglipVisionModel made explicit.
+function V.read_config(vc, where, prefix)
+  local c = {}
+  for k, v in pairs(vc) do c[k] = v end
+  if c.image_size == nil then c.image_size = 224 end
+  if c.patch_size == nil then c.patch_size = 16 end
+  if c.vision_use_head == nil then c.vision_use_head = true end
+  return V.normalize(c, where, prefix)
+end
+
+-- The SigLIP vision tower's parts, names prefixed.
+function V.parts(m, pre)
+  local parts = {}
+  for _, p in ipairs(V.params(m)) do
+    parts[#parts + 1] = { name = pre .. p.name:gsub("^vision%.", ""), params = p.params,
+      tower = "vision" }
   end
   return parts
 end

@@ -6,6 +6,18 @@ local loss = require("stdlib.loss")
 
 local F = {}
 
+-- A measured case's config (tests/truth, family "vit") is a SigLIP vision
+-- config; the classifier sees no text.
+F.takes_text = false
+function F.case(cfg)
+  return { vision = cfg }
+end
+
+-- Whether a measured case's vision config is a SigLIP tower.
+function F.supports(cfg)
+  return (cfg.model_type or "siglip_vision_model") == "siglip_vision_model"
+end
+
 function F.build(S, run, pol)
   local m = siglip.normalize(run.vision, "vision config")
   local tr, lo = pol("vision")

@@ -4,10 +4,57 @@
 local siglip = require("models.siglip")
 local decoder = require("models.decoder")
 local causal = require("models.causal_lm")
+local classifier = require("models.siglip_classifier")
 local layers = require("stdlib.layers")
 local loss = require("stdlib.loss")
+local errors = require("stdlib.errors")
 
 local F = {}
+
+-- A measured case's config (tests/truth, family "vlm"): {text_config,
+-- vision_config (SigLIP keys), pixel_shuffle_factor, projector fields}.
+F.takes_text = true
+function F.case(cfg, where)
+  local tc = cfg.text_config or errors.input(where, "config.text_config", "is required but missing")
+  local vc = cfg.vision_config or
+    errors.input(where, "config.vision_config", "is required but missing")
+  return { text = decoder.read(tc, where, "config.text_config."), vision = vc, vlm = cfg }
+end
+
+-- Whether a measured case's towers are ones the simulator models.
+function F.supports(cfg)
+  return causal.supports(cfg.text_config or {})
+    and classifier.supports(cfg.vision_config or {})
+end
+
+-- How a registered VLM family describes itself to this simulator (its
+-- `simulator(m, images)`, models/README.md): its vision tower as a pre-norm
+-- ViT of the tower's own width, depth, heads and MLP size over the patches
+-- of one image, the token merge as a pixel shuffle of the patch grid, a
+-- two-layer projector, and its text decoder. Exact: token counts, the
+-- decoder, the ViT's big matrices. Approximated and said so in every
+-- recipe: norms (RMSNorm vs LayerNorm), Pixtral's gated MLP, fused qkv
+-- projections and PaliGemma's one-layer projector, which shift the vision
+-- tower's activations by a few percent.
+--   d = { where, text = decoder model, hidden, layers, heads, intermediate,
+--         patch, side (square image side in pixels), grid_h, grid_w
+--         (optional: a dynamic-resolution patch grid), merge, deepstack,
+--         images (images per sample) }
+function F.describe(d)
+  if d.side % d.patch ~= 0 then
+    errors.input(d.where, "image side", ("%d is not a multiple of the patch size %d"):format(
+      d.side, d.patch))
+  end
+  return {
+    sim = F,
+    text = d.text,
+    vision = { hidden_size = d.hidden, num_hidden_layers = d.layers,
+      num_attention_heads = d.heads, intermediate_size = d.intermediate, patch_size = d.patch,
+      image_size = d.side, num_channels = 3, grid_h = d.grid_h, grid_w = d.grid_w },
+    vlm = { pixel_shuffle_factor = d.merge, projector_hidden_act = "gelu",
+      multimodal_projector_bias = true, deepstack = d.deepstack, images = d.images },
+  }
+end
 
 -- Image tokens per image after a pixel shuffle of factor f on the grid.
 function F.image_tokens(vm, f)
@@ -143,5 +190,11 @@ function F.generate(S, P, run)
   P.side = nil
   causal.generate(S, P.lm, r, emb)
 end
+
+-- PPO's critic: the language model's (models/causal_lm.lua).
+F.build_critic, F.values = causal.build_critic, causal.values
+
+-- The language model alone (a run spec's model.text_only).
+F.text_only = causal
 
 return F

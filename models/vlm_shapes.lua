@@ -1,4 +1,6 @@
--- The memory shape of a registered VLM for the simulator (models/siq_vlm.lua):
+-- LEGACY, for the VLM families not yet on the family contract
+-- (models/legacy.lua lists them; models/README.md says how to port one).
+-- The memory shape of a VLM for the simulator (models/siq_vlm.lua):
 -- its vision tower as a pre-norm ViT of the tower's own width, depth, heads
 -- and MLP size over the patches of one image, the token merge as a pixel
 -- shuffle of the patch grid, a two-layer projector, and the text decoder.
@@ -7,7 +9,6 @@
 -- MLP, fused qkv projections and PaliGemma's one-layer projector, which
 -- shift the vision tower's activations by a few percent.
 local errors = require("stdlib.errors")
-local registry = require("models.registry")
 
 local M = {}
 
@@ -28,26 +29,11 @@ end
 -- cfg: a loaded config.json; side: the square image side in pixels.
 -- Returns { vision = SigLIP-style vision config, vlm = connector fields,
 --           text = an HF text config, family = registry name }.
-function M.shape(cfg, where, side)
-  local fam = registry.find(cfg, where).name
+-- fam: the family name (models/legacy.lua).
+function M.shape(cfg, where, side, fam)
   local v = cfg.vision_config or errors.input(where, "vision_config", "is required for a VLM")
   local out = { family = fam }
-  if fam == "qwen2_vl" then
-    out.vision = { hidden_size = v.embed_dim, num_hidden_layers = v.depth,
-      num_attention_heads = v.num_heads, intermediate_size = v.embed_dim * (v.mlp_ratio or 4),
-      patch_size = v.patch_size or 14, image_size = side }
-    out.merge = v.spatial_merge_size or 2
-    out.text = text_of(cfg, cfg, { model_type = "qwen2" })
-    out.text.model_type = "qwen2"
-  elseif fam == "qwen3_vl" then
-    out.vision = { hidden_size = v.hidden_size, num_hidden_layers = v.depth,
-      num_attention_heads = v.num_heads, intermediate_size = v.intermediate_size,
-      patch_size = v.patch_size, image_size = side }
-    out.merge = v.spatial_merge_size or 2
-    out.text = text_of(cfg, cfg.text_config)
-    out.text.model_type = require("models.qwen3_vl").text_model_type(cfg)
-    out.deepstack = #(v.deepstack_visual_indexes or {})
-  elseif fam == "qwen2_5_vl" then
+  if fam == "qwen2_5_vl" then
     out.vision = { hidden_size = v.hidden_size, num_hidden_layers = v.depth,
       num_attention_heads = v.num_heads, intermediate_size = v.intermediate_size,
       patch_size = v.patch_size or 14, image_size = side }
@@ -89,25 +75,6 @@ function M.shape(cfg, where, side)
     end
     out.text.model_type = require("models.minicpmv").LLM_BY_VERSION[
       type(cfg.version) == "number" and ("%.1f"):format(cfg.version) or tostring(cfg.version)]
-  elseif fam == "internvl_hf" then
-    out.vision = vit(v, side, 14)
-    if type(out.vision.patch_size) == "table" then out.vision.patch_size = out.vision.patch_size[1] end
-    out.merge = math.tointeger(1 / (cfg.downsample_ratio or 0.5))
-    out.text = text_of(cfg, cfg.text_config)
-  elseif fam == "internvl" then
-    out.vision = vit(v, side)
-    out.merge = math.tointeger(1 / (cfg.downsample_ratio or 0.5))
-    out.text = text_of(cfg, cfg.llm_config)
-    if out.text.model_type == "internlm2" then out.text.model_type = "llama" end
-  elseif fam == "paligemma" then
-    out.vision = vit(v, side, 14)
-    out.merge = 1
-    out.text = text_of(cfg, cfg.text_config, require("models.paligemma").GEMMA_DEFAULTS)
-    out.text.model_type = "llama"
-  elseif fam == "mistral3" then
-    out.vision = vit(v, side)
-    out.merge = cfg.spatial_merge_size or 2
-    out.text = text_of(cfg, cfg.text_config)
   else
     errors.input(where, "model_type", "family '" .. fam .. "' has no simulator shape yet")
   end
@@ -117,20 +84,6 @@ function M.shape(cfg, where, side)
       out.vision.patch_size))
   end
   return out
-end
-
--- A run for models/siq_vlm.lua from a text-run template (spec.normalize of
--- the text part) and a shape.
-function M.run(base, shape)
-  local decoder = require("models.decoder")
-  local run = setmetatable({}, { __index = base })
-  for k, v in pairs(base) do run[k] = v end
-  run.module, run.family = "models.siq_vlm", "vlm"
-  run.vision = shape.vision
-  run.vlm = { pixel_shuffle_factor = shape.merge, projector_hidden_act = "gelu",
-    multimodal_projector_bias = true, deepstack = shape.deepstack }
-  run.text = decoder.normalize(shape.text, "text config")
-  return run
 end
 
 return M

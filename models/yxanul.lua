@@ -28,10 +28,17 @@
 -- 127.9M params").
 local vram = require("vram")
 local cfgutil = require("stdlib.config")
+local decoder = require("models.decoder")
+local causal = require("models.causal_lm")
 
-local F = {}
+local F = { name = "yxanul",
+  about = "Yxanul: GQA decoder with factorized embeddings (models/yxanul.lua)" }
 
-function F.normalize(cfg, where)
+-- The defaults of configs/model_config.yaml that this reader and the
+-- simulator's decoder (models/decoder.lua) both need.
+local DEFAULTS = { use_factorized_embeddings = true, factorization_dim = 128 }
+
+function F.read(cfg, where)
   local c = cfgutil.reader(cfg, where)
   local H = c:int("hidden_size")
   local heads = c:int("num_attention_heads")
@@ -51,6 +58,9 @@ function F.normalize(cfg, where)
     c:fail("num_key_value_heads", "must divide num_attention_heads")
   end
   m.head_dim = H // heads -- Attention: head_dim = hidden_size // num_heads
+  -- the simulator runs it as a decoder whose tied output is the factorized
+  -- embedding used backwards
+  m.text = decoder.read_nested(cfg, where, "", {}, DEFAULTS)
   return m
 end
 
@@ -86,8 +96,8 @@ function F.params(m)
   }
 end
 
-function F.count(cfg, where)
-  return F.params(F.normalize(cfg, where))
+function F.simulator(m)
+  return { sim = causal, text = m.text }
 end
 
 return F

@@ -29,9 +29,11 @@ M.KNOBS = {
   end,
 }
 
+-- A run whose knobs can change without touching the original; the
+-- simulator module (sim) is shared, not copied.
 local function copy(t)
   local c = {}
-  for k, v in pairs(t) do c[k] = type(v) == "table" and copy(v) or v end
+  for k, v in pairs(t) do c[k] = (type(v) == "table" and k ~= "sim") and copy(v) or v end
   return c
 end
 

@@ -568,7 +568,7 @@ function M.load_run(path, a, registry)
     presets = registry and registry.PRESETS, preset_path = registry and registry.preset_path }
   local tr, doc, unsure = M.translate(path, opts)
   if unsure then
-    local ok, run = pcall(spec.normalize, doc, path)
+    local ok, run = pcall(spec.normalize, doc, path, registry)
     if ok then return run, nil, doc end
     if type(run) == "table" and run.msg then
       run.msg = run.msg .. " (read as a run spec; another tool's config is named with --format "
@@ -585,7 +585,7 @@ function M.load_run(path, a, registry)
   end
   M.resolve_model(tr, opts)
   if a.explain then return nil, tr end
-  local run = spec.normalize(M.run_spec(tr), path, tr.model)
+  local run = spec.normalize(M.run_spec(tr), path, registry, tr.model)
   tr.run = run
   return run, tr
 end
@@ -600,7 +600,7 @@ function M.command_run(path, a, registry, prefix)
     errors.usage(path .. " is a vLLM serving config: `vramlua estimate` prices it")
   end
   if tr then print(prefix and (M.notes(tr):gsub("[^\n]+", prefix .. "%0")) or M.notes(tr)) end
-  return run or require("stdlib.spec").normalize(doc, path), tr
+  return run or require("stdlib.spec").normalize(doc, path, registry), tr
 end
 
 -- The translation's notes for --json.

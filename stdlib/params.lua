@@ -1,89 +1,43 @@
 -- Exact parameter counts of a Hugging Face config.json, whatever its family:
--- models/registry.lua picks the family file, the family counts its parts.
+-- the caller picks the family module (models/registry.lua: find), the
+-- family reads the config and counts its parts (models/README.md).
 --
 --   local P = require("stdlib.params")
---   local r = P.count(cfg, "config.json")   -- or P.load("path/config.json")
+--   local fam = registry.find(cfg, "config.json")   -- models/registry.lua
+--   local r = P.count(fam, cfg, "config.json")
 --   r.total, r.trainable, r.parts = {{name=, params=, tower=}...}
 --   r.tied_duplicate: parameters a checkpoint format that stores tied
 --   weights twice (a Flax/JAX tree, some exports) adds on top of r.total.
 local vram = require("vram")
 local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
-local registry = require("models.registry")
 
 local M = {}
 
-local function sum(parts)
-  local t = 0
-  for _, p in ipairs(parts) do t = vram.add(t, p.params) end
-  return t
-end
-
 -- opts.freeze: list of towers ("llm", "vision", "projector") whose
 -- parameters do not train; trainable = total minus those.
-function M.count(cfg, where, opts)
+function M.count(family, cfg, where, opts)
   where = where or "config"
   opts = opts or {}
   if type(cfg) ~= "table" then errors.input(where, "", "a config must be a JSON object") end
   cfg = cfgutil.strip_nulls(cfg)
-  local entry = registry.find(cfg, where)
-  cfg = registry.with_model_type(entry, cfg)
-  local fam = require(entry.module)
-  local r
-  local fn = fam[entry.fn or "count"]
-  if fn then
-    r = fn(cfg, where)
-  elseif fam.normalize and fam.params then
-    local p = fam.params(fam.normalize(cfg, where))
-    r = { parts = {}, tied_duplicate = p.tied_extra or 0 }
-    for i, x in ipairs(p.parts) do
-      r.parts[i] = { name = x.name, params = x.params, note = x.note, tower = "llm" }
-    end
-  else
-    errors.input(where, "model_type", ("family '%s' (%s) exports neither count() nor "
-      .. "normalize()+params()"):format(entry.name, entry.module))
-  end
+  local p = family.params(family.read(cfg, where))
+  local r = { family = family.name, parts = {}, tied_duplicate = p.tied_duplicate or 0 }
   local frozen = {}
   for _, t in ipairs(opts.freeze or {}) do frozen[t] = true end
-  r.family = entry.name
-  r.total = sum(r.parts)
-  r.trainable = 0
-  for _, p in ipairs(r.parts) do
-    if not frozen[p.tower or "llm"] then r.trainable = r.trainable + p.params end
-  end
-  r.tied_duplicate = r.tied_duplicate or 0
-  return r
-end
-
--- The language model of a VLM through models/decoder.lua. tcfg: its text
--- config; set: keys forced (e.g. model_type), defaults: keys used when the
--- config leaves them out (the transformers config class defaults).
--- Returns parts (tower "llm", names prefixed), the decoder's normalized
--- model and the tied embedding size (0 when untied).
-function M.text_parts(tcfg, where, set, defaults, prefix)
-  local c = {}
-  for k, v in pairs(defaults or {}) do c[k] = v end
-  for k, v in pairs(tcfg) do c[k] = v end
-  for k, v in pairs(set or {}) do c[k] = v end
-  local decoder = require("models.decoder")
-  local m = decoder.normalize(c, where)
-  local p = decoder.params(m)
-  local parts = {}
+  r.total, r.trainable = 0, 0
   for i, x in ipairs(p.parts) do
-    parts[i] = { name = (prefix or "") .. x.name, params = x.params, note = x.note,
-      tower = "llm" }
+    r.parts[i] = { name = x.name, params = x.params, note = x.note, tower = x.tower or "llm" }
+    r.total = vram.add(r.total, x.params)
+    if not frozen[r.parts[i].tower] then r.trainable = r.trainable + x.params end
   end
-  return parts, m, p.tied_extra or 0
+  return r
 end
 
 -- Appends the parts of `more` to `parts`.
 function M.append(parts, more)
   for _, p in ipairs(more) do parts[#parts + 1] = p end
   return parts
-end
-
-function M.load(path, opts)
-  return M.count(vram.json.load(path), path, opts)
 end
 
 -- Totals by tower, in first-seen order: {{tower=, params=}...}

@@ -5,11 +5,11 @@
 --
 -- run.rl = { new_tokens = N, minibatch = M, reference = bool, value = bool }
 -- value: PPO's critic, a copy of the text decoder with a scalar head, trained
--- with the policy (one backward of policy loss + value loss).
+-- with the policy (one backward of policy loss + value loss); the simulator
+-- family builds it (build_critic, values: models/causal_lm.lua).
 local optim = require("stdlib.optim")
 local step = require("stdlib.step")
-local decoder = require("models.decoder")
-local layers = require("stdlib.layers")
+local errors = require("stdlib.errors")
 
 local M = {}
 
@@ -28,27 +28,6 @@ local function logprobs(S, family, P, r)
   local kept = S:new_tensor(r.batch * r.seq, "fp32", "logprobs.kept", false, "logits_loss")
   S:drop(lsm)
   return kept
-end
-
--- The critic: the text decoder without its LM head, plus a Linear(H, 1).
-local function build_critic(S, run)
-  local m = setmetatable({ tie = true }, { __index = run.text })
-  local trainable, lora = step.policies(run)("llm")
-  local V = decoder.build(S, m, { dt = run.param_dtype, trainable = trainable, lora = lora })
-  V.value_head = layers.new_linear(S, run.text.hidden, 1, true, run.param_dtype, true,
-    "value_head")
-  return V
-end
-
--- Values of every position: (rows) in the parameter dtype.
-local function values(S, V, r)
-  local rows = r.batch * r.seq
-  local emb = decoder.embed(S, V, rows)
-  local h = decoder.forward(S, V, emb, r)
-  S:drop(emb)
-  local v = layers.linear(S, h, V.value_head, rows)
-  S:drop(h)
-  return v
 end
 
 -- 0.5 * mean((v - returns)^2): the squared error keeps the difference.
@@ -74,7 +53,10 @@ function M.simulate(family, run)
     local frozen = with(run, { frozen = { "llm", "vision", "projector" }, lora = false })
     ref = family.build(S, frozen, step.policies(frozen))
   end
-  local critic = rl.value and build_critic(S, run)
+  if rl.value and not family.build_critic then
+    errors.input(run.config_path, "run.rl.value", "this model has no critic to train")
+  end
+  local critic = rl.value and family.build_critic(S, run, step.policies(run))
   trainable = step.trainable(S, params)
   S.param = nil
   optim.init_state(S, trainable, run.optimizer)
@@ -98,7 +80,7 @@ function M.simulate(family, run)
   local old_v
   if critic then
     tape:phase("old_values")
-    old_v = values(S, critic, full)
+    old_v = family.values(S, critic, full)
   end
   S.grad = true
 
@@ -111,7 +93,7 @@ function M.simulate(family, run)
     if run.autocast then S:autocast_enter(run.autocast) end
     local l = family.forward_loss(S, P, part)
     if critic then
-      local v = values(S, critic, with(part, { seq = part.seq + (P.n_img or 0) }))
+      local v = family.values(S, critic, with(part, { seq = part.seq + (P.n_img or 0) }))
       local vl = value_loss(S, v, v.n)
       S:drop(v)
       local total = S:op("loss.total", 1, "fp32", { l, vl }, {},

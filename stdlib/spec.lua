@@ -2,10 +2,14 @@
 -- simulates. Every field is checked; unknown fields are errors with a
 -- "did you mean" hint. Truth cases ({id, family, config, run}) are the same
 -- schema's measured dialect and go through stdlib/truth.lua.
+--
+-- `families` is the model registry (models/registry.lua), handed in by the
+-- caller: stdlib never requires models/. It is asked once per spec:
+-- families.find(cfg, where) gives the family module (models/README.md),
+-- families.truth(name) a measured case's simulator module.
 local vram = require("vram")
 local errors = require("stdlib.errors")
 local cfgutil = require("stdlib.config")
-local decoder = require("models.decoder")
 
 local M = {}
 
@@ -36,7 +40,7 @@ end
 local function dirname(p) return p:match("^(.*)/[^/]*$") or "." end
 
 -- Finds a config named in a spec: relative to the spec, then the share dir.
-function M.resolve(path, spec_dir, spec_file)
+function M.resolve(path, spec_dir, spec_file, families)
   local tries = { path:sub(1, 1) == "/" and path or spec_dir .. "/" .. path }
   if path:sub(1, 1) ~= "/" then
     for _, root in ipairs(vram.search_roots or { vram.share_dir }) do
@@ -66,9 +70,10 @@ function M.resolve(path, spec_dir, spec_file)
   local res = require("stdlib.resolve")
   local folder = refusal and refusal:find("is a directory", 1, true)
   if folder or res.is_hub_id(path) then
-    local reg = require("models.registry")
-    local ok, r = pcall(res.model, path, { base_dir = spec_dir, presets = reg.PRESETS,
-      preset_path = reg.preset_path, where = where, field = "model.config" })
+    -- families: the model registry, whose presets record hub ids
+    local ok, r = pcall(res.model, path, { base_dir = spec_dir,
+      presets = families and families.PRESETS, preset_path = families and families.preset_path,
+      where = where, field = "model.config" })
     if ok then return r.path, r.config end
     -- a folder without config.json: say so, not that a hub id is unknown
     if not folder then error(r, 0) end
@@ -77,19 +82,6 @@ function M.resolve(path, spec_dir, spec_file)
   if refusal then errors.input(where, "model.config", refusal) end
   errors.input(where, "model.config", ("cannot find '%s' (looked beside the spec and in %s)")
     :format(path, vram.share_dir))
-end
-
--- The text part of an HF config (VLM configs nest it under text_config).
-function M.text_config(cfg, where)
-  local t = cfg.text_config or cfg.llm_config or cfg
-  local mt = t.model_type or cfg.model_type
-  local copy = {}
-  for k, v in pairs(t) do copy[k] = v end
-  copy.model_type = mt
-  if mt == "qwen2_5_vl_text" or mt == "qwen2_vl_text" then copy.model_type = "qwen2" end
-  if mt == "qwen3_vl_text" then copy.model_type = "qwen3" end
-  if mt == "qwen3_vl_moe_text" then copy.model_type = "qwen3_moe" end
-  return decoder.normalize(copy, where)
 end
 
 local RUN_KEYS = { mode = 1, batch = 1, seq = 1, grad_accum = 1, precision = 1, optimizer = 1,
@@ -165,72 +157,55 @@ function M.check_sizes(r, where)
   return r
 end
 
-local VLM_FAMILIES = { qwen2_vl = true, qwen3_vl = true, internvl = true, paligemma = true,
-  mistral3 = true, qwen2_5_vl = true, gemma3 = true, llava = true, internvl_hf = true,
-  idefics3 = true, minicpmv = true }
-
--- Image inputs of a VLM run: run.images = {count, width, height, max_pixels}.
--- The processor's own rules (stdlib/vision_tokens.lua) give the grid.
-function M.vlm_run(r, cfg, path, images, where)
-  local shapes = require("models.vlm_shapes")
-  local vt = require("stdlib.vision_tokens")
+-- Image inputs of a VLM run: run.images = {count, width, height, max_pixels};
+-- the family's processor rule (its image_tokens) turns them into tokens.
+local function read_images(images, where)
   images = images or {}
   check_keys(images, { count = 1, width = 1, height = 1, max_pixels = 1 }, where, "run.images.")
   local ir = cfgutil.reader(images, where, "run.images.")
-  local count = ir:int("count", 1)
-  local w, h = ir:int("width", 448), ir:int("height", 448)
-  local fam = require("models.registry").find(cfg, path).name
-  local shape
-  if fam == "qwen2_vl" or fam == "qwen3_vl" or fam == "qwen2_5_vl" then
-    -- Qwen2.5-VL uses Qwen2-VL's image processor (patch 14, merge 2)
-    local t = (fam == "qwen3_vl" and vt.qwen3_vl or vt.qwen2_vl)(h, w,
-      { max_pixels = ir:int("max_pixels", nil, true) })
-    shape = shapes.shape(cfg, path, t.factor)
-    shape.vision.grid_h, shape.vision.grid_w = t.grid[2], t.grid[3]
-  elseif fam == "mistral3" then
-    local t = vt.pixtral(h, w)
-    local patch = cfg.vision_config.patch_size
-    shape = shapes.shape(cfg, path, patch)
-    -- the merged grid is rows x cols; the patch grid twice that each way
-    shape.vision.grid_h, shape.vision.grid_w = 2 * t.rows, 2 * t.cols
-  elseif fam == "llava" and cfg.model_type == "llava"
-      and type(cfg.vision_config) == "table" and cfg.vision_config.model_type == "pixtral" then
-    -- LLaVA with a Pixtral tower (Pixtral-12B): Pixtral's own resolution
-    -- rule, no spatial merge
-    local vc = cfg.vision_config
-    local t = vt.pixtral(h, w, { longest_edge = vc.image_size or 1024,
-      patch_size = vc.patch_size or 16, merge_size = 1 })
-    shape = shapes.shape(cfg, path, vc.patch_size or 16)
-    shape.vision.grid_h, shape.vision.grid_w = t.rows, t.cols
-  elseif fam == "llava" and cfg.model_type ~= "llava" then
-    errors.input(path, "model_type", ("%s's any-resolution tiling (a base image plus grid "
-      .. "tiles and newline tokens) is not simulated yet; `vramlua params` counts the model")
-      :format(tostring(cfg.model_type)))
-  else -- fixed-resolution towers: every image becomes one (InternVL: per 448 tile)
-    local side = (cfg.vision_config.image_size or cfg.force_image_size or 224)
-    if type(side) == "table" then side = side[1] end -- [h, w] (square towers)
-    if fam == "internvl" or fam == "internvl_hf" then
-      count = count * vt.internvl_tiles(h, w).tiles
-    elseif fam == "minicpmv" then -- the source image plus its slices, 448 each
-      side = (cfg.slice_config or {}).scale_resolution or 448
-      count = count * require("models.minicpmv").crops(cfg, h, w)
-    elseif fam == "idefics3" then -- image splitting: tiles plus a global image
-      side = (cfg.vision_config or {}).image_size or 224
-      count = count * require("models.idefics3").tiles(cfg, h, w)
-    end
-    shape = shapes.shape(cfg, path, side)
+  return { count = ir:int("count", 1), width = ir:int("width", 448),
+    height = ir:int("height", 448), max_pixels = ir:int("max_pixels", nil, true) }
+end
+
+-- The family's model description for the simulator, merged into the run.
+-- text_only: a VLM's language model alone, on the simulator module's
+-- text_only counterpart.
+local function describe_model(r, family, cfg, path, images, where, text_only)
+  local m = family.read(cfg, path)
+  if not family.simulator then
+    errors.input(path, "model_type", ("family '%s' has no simulator yet (`vramlua params` "
+      .. "counts it)"):format(family.name))
   end
-  local run = shapes.run(r, shape)
-  run.vlm.images = count
-  return run
+  if text_only and not family.image_tokens then
+    errors.input(where, "model.text_only", "the config is not a vision-language model")
+  end
+  local imgs
+  if family.image_tokens then
+    if text_only and images ~= nil then
+      errors.input(where, "run.images", "model.text_only runs the language model alone")
+    end
+    imgs = read_images(images, where)
+  elseif images ~= nil then
+    errors.input(where, "run.images", ("family '%s' takes no images"):format(family.name))
+  end
+  local d = family.simulator(m, imgs)
+  if text_only then
+    r.sim, r.text = d.sim.text_only, d.text
+  else
+    r.sim, r.text, r.vision, r.vlm = d.sim, d.text, d.vision, d.vlm
+  end
+  return r
 end
 
 -- loaded: {path=, config=}, a model config already found (stdlib/resolve.lua)
-function M.normalize(spec, where, loaded)
+function M.normalize(spec, where, families, loaded)
+  if type(families) ~= "table" or not families.find then
+    error("stdlib.spec: pass the model registry (models/registry.lua) as `families`", 2)
+  end
   spec = cfgutil.strip_nulls(spec)
   if type(spec) ~= "table" then errors.input(where, "", "a run spec must be a mapping") end
   if spec.family ~= nil or spec.id ~= nil then -- the measured-case dialect
-    return M.check_sizes(require("stdlib.truth").normalize(spec, where), where)
+    return M.check_sizes(require("stdlib.truth").normalize(spec, where, families), where)
   end
   check_keys(spec, { model = 1, run = 1, parallel = 1 }, where, "")
   local model = spec.model or errors.input(where, "model", "is required but missing")
@@ -242,7 +217,7 @@ function M.normalize(spec, where, loaded)
   if loaded then
     path, cfg = loaded.path, loaded.config
   else
-    path, cfg = M.resolve(src, dirname(where), where)
+    path, cfg = M.resolve(src, dirname(where), where, families)
   end
   cfg = cfgutil.strip_nulls(cfg)
   if model.overrides ~= nil then
@@ -283,8 +258,6 @@ function M.normalize(spec, where, loaded)
   local framework = one_of(where, "run.framework", run.framework,
     { "pytorch", "pytorch-cpu", "jax", "torchsharp" }, "pytorch")
   local r = {
-    module = "models.causal_lm",
-    family = "decoder",
     batch = rd:int("batch"),
     seq = rd:int("seq"),
     grad_accum = rd:int("grad_accum", 1),
@@ -384,8 +357,12 @@ function M.normalize(spec, where, loaded)
     r.ckpt, r.ckpt_segment = true, rd:int("checkpoint_segment")
   end
   r.hf_config = cfg
-  local fam = require("models.registry").find(cfg, path).name
-  if r.quant and r.quant.ckpt and r.quant.ckpt.method == "bitsandbytes" and VLM_FAMILIES[fam] then
+  -- model.text_only: the language model of a VLM config alone (its
+  -- text_config), as when a VLM's LLM is trained on text
+  local text_only = cfgutil.reader(model, where, "model."):bool("text_only", false)
+  local family, typed = families.find(cfg, path)
+  describe_model(r, family, typed, path, run.images, where, text_only)
+  if r.vision and r.quant and r.quant.ckpt and r.quant.ckpt.method == "bitsandbytes" then
     -- bitsandbytes replaces every nn.Linear, the vision tower's included,
     -- unless llm_int8_skip_modules names it; the simulated towers are not
     -- quantized
@@ -393,31 +370,16 @@ function M.normalize(spec, where, loaded)
       .. "which is not modelled; set run.precision.dequantize: true, or price the language "
       .. "model alone with model.text_only: true")
   end
-  if fam == "mllama" then
-    errors.input(path, "model_type", "mllama's cross-attention layers are not simulated yet; "
-      .. "`vramlua params` counts the model")
-  end
-  -- model.text_only: the language model of a VLM config alone (its
-  -- text_config), as when a VLM's LLM is trained on text
-  local text_only = cfgutil.reader(model, where, "model."):bool("text_only", false)
-  if text_only and not VLM_FAMILIES[fam] then
-    errors.input(where, "model.text_only", "the config is not a vision-language model")
-  end
-  if VLM_FAMILIES[fam] and not text_only then
-    r = M.vlm_run(r, cfg, path, run.images, where)
-  else
-    r.text = M.text_config(cfg, path)
-    if r.moe then
-      if not r.text.moe then
-        errors.input(where, "run.moe", "the model has no mixture-of-experts layers")
-      end
-      if r.moe.capacity_factor then
-        -- the description the simulator reads carries the run's capacity
-        local o = {}
-        for k, v in pairs(r.text.moe) do o[k] = v end
-        o.capacity_factor = r.moe.capacity_factor
-        r.text.moe = o
-      end
+  if r.moe then
+    if not (r.text and r.text.moe) then
+      errors.input(where, "run.moe", "the model has no mixture-of-experts layers")
+    end
+    if r.moe.capacity_factor then
+      -- the description the simulator reads carries the run's capacity
+      local o = {}
+      for k, v in pairs(r.text.moe) do o[k] = v end
+      o.capacity_factor = r.moe.capacity_factor
+      r.text.moe = o
     end
   end
   -- multi-GPU layouts (stdlib/parallel.lua)
@@ -428,8 +390,8 @@ function M.normalize(spec, where, loaded)
   return M.check_sizes(r, where)
 end
 
-function M.load(path)
-  return M.normalize(M.load_file(path), path)
+function M.load(path, families)
+  return M.normalize(M.load_file(path), path, families)
 end
 
 return M

@@ -194,11 +194,11 @@ function M.simulate(family, run)
   return M.finish_trace(S, M.counts(st, all))
 end
 
--- The simulation a run asks for: an RL update or one ordinary step.
+-- The simulation a run asks for: an RL update or one ordinary step, of the
+-- run's simulator module (run.sim, put there by stdlib/spec.lua).
 function M.run(run)
-  local family = require(run.module)
-  if run.rl then return require("stdlib.rl").simulate(family, run) end
-  return M.simulate(family, run)
+  if run.rl then return require("stdlib.rl").simulate(run.sim, run) end
+  return M.simulate(run.sim, run)
 end
 
 M.loss = loss

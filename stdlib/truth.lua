@@ -1,28 +1,34 @@
 -- The measured-case dialect of the run spec (tests/truth/cases_public.json):
 -- {id, family = decoder|vit|vlm, config, run}. `normalize` turns a case into
--- the run table stdlib/step.lua simulates.
+-- the run table stdlib/step.lua simulates. families: the model registry
+-- (models/registry.lua), whose truth(name) gives the case's simulator module.
 local errors = require("stdlib.errors")
-local decoder = require("models.decoder")
 
 local M = {}
 
 local DTYPES = { float32 = "fp32", bfloat16 = "bf16", float16 = "fp16" }
-local FAMILIES = { decoder = "models.causal_lm", vit = "models.siglip_classifier",
-  vlm = "models.siq_vlm" }
 
-function M.normalize(case, where)
+local function known(families)
+  local names = {}
+  for k in pairs(families.TRUTH) do names[#names + 1] = k end
+  table.sort(names)
+  return table.concat(names, ", ")
+end
+
+function M.normalize(case, where, families)
   case = require("stdlib.config").strip_nulls(case)
   where = where or ("case " .. tostring(case.id))
   local run = case.run or errors.input(where, "run", "is required but missing")
   local cfg = case.config or errors.input(where, "config", "is required but missing")
   local fam = case.family
-  if not FAMILIES[fam] then
-    errors.input(where, "family", ("unknown family '%s' (known: decoder, vit, vlm)"):format(
-      tostring(fam)))
+  local sim = type(fam) == "string" and families.truth(fam)
+  if not sim then
+    errors.input(where, "family", ("unknown family '%s' (known: %s)"):format(tostring(fam),
+      known(families)))
   end
   local rd = require("stdlib.config").reader(run, where, "run.")
   local batch = rd:int("batch")
-  local seq = fam ~= "vit" and rd:int("seq") or nil
+  local seq = sim.takes_text and rd:int("seq") or nil
   local dt = DTYPES[run.dtype or "float32"] or
     errors.input(where, "run.dtype", "unknown dtype '" .. tostring(run.dtype) .. "'")
   local mixed = run.precision_mode == "mixed"
@@ -30,8 +36,7 @@ function M.normalize(case, where)
   local gen = run.generate_tokens or 0
   local r = {
     id = case.id,
-    family = fam,
-    module = FAMILIES[fam],
+    sim = sim,
     batch = batch,
     seq = seq,
     dtype = dt,
@@ -61,42 +66,23 @@ function M.normalize(case, where)
   if run.quant then
     r.quant = { store = run.quant.double_quant and "nf4_dq" or "nf4", compute = dt }
   end
-  if fam == "decoder" then
-    r.text = decoder.normalize(cfg, where .. ": config")
-  elseif fam == "vit" then
-    r.vision = cfg
-  else
-    r.text = decoder.normalize(cfg.text_config, where .. ": config.text_config")
-    r.vision = cfg.vision_config
-    r.vlm = cfg
-  end
+  local d = sim.case(cfg, where)
+  r.text, r.vision, r.vlm = d.text, d.vision, d.vlm
   return r
 end
 
--- Whether the simulator models the case yet: the family's model file exists,
--- the text model is one of the decoder's architectures (no MoE, Gemma-2 or
--- mllama cross-attention layers yet) and the vision tower is SigLIP.
-function M.supported(case)
-  local mod = FAMILIES[case.family]
-  if not mod or not pcall(require, mod) then return false end
-  local cfg = case.config or {}
-  local text = case.family == "decoder" and cfg or cfg.text_config
-  if text then
-    local known = false
-    for _, mt in ipairs(decoder.families) do known = known or mt == (text.model_type or "llama") end
-    if not known or text.cross_attention_layers then return false end
-  end
-  local vision = case.family == "vit" and cfg or cfg.vision_config
-  if vision and (vision.model_type or "siglip_vision_model") ~= "siglip_vision_model" then
-    return false
-  end
-  return true
+-- Whether the simulator models the case yet: the registry has a simulator
+-- module for its family, and that module takes the case's architectures
+-- (its supports(config), when it has one: models/causal_lm.lua).
+function M.supported(case, families)
+  local sim = type(case.family) == "string" and families.truth(case.family)
+  if not sim then return false end
+  return not sim.supports or sim.supports(case.config or {})
 end
 
-function M.simulate(case, where)
-  local run = M.normalize(case, where)
-  local family = require(run.module)
-  return require("stdlib.step").simulate(family, run), run
+function M.simulate(case, where, families)
+  local run = M.normalize(case, where, families)
+  return require("stdlib.step").simulate(run.sim, run), run
 end
 
 return M

@@ -1,8 +1,11 @@
--- How many tokens an image becomes, per model family, from each processor's
--- published rules. Every function takes the image's height and width in
--- pixels (as the processor sees them) and returns a table whose `tokens`
--- field is the number of positions the image occupies in the language
--- model's sequence; the other fields show how that number was reached.
+-- How many tokens an image becomes: the image processors' published rules
+-- as algorithms. Every function takes the image's height and width in
+-- pixels (as the processor sees them) and the processor's settings, all
+-- required: the settings of a model (its patch size, its processor's
+-- defaults) live in its family module (models/<family>.lua, `image_tokens`),
+-- never here. Results are tables whose `tokens` field is the number of
+-- positions the image occupies in the language model's sequence; the other
+-- fields show how that number was reached.
 --
 -- Float arithmetic is done in the same order as the Python it mirrors, so
 -- the IEEE-754 results (and the roundings that follow) are the same.
@@ -74,11 +77,23 @@ function M.smart_resize(height, width, factor, min_pixels, max_pixels)
   return math.tointeger(h_bar), math.tointeger(w_bar)
 end
 
--- One image through the Qwen2-VL family processor: the grid of patches
--- (grid_t is 1 for a still image: it is repeated to temporal_patch_size
--- frames, which the Conv3d folds into one), then merge x merge patches
--- become one token.
-local function qwen_family(height, width, o)
+-- Settings a rule needs, checked: o[k] for each k in keys must be present.
+local function settings(o, keys, rule)
+  for _, k in ipairs(keys) do
+    if o == nil or o[k] == nil then
+      errors.input("vision_tokens", k, "is required by the " .. rule .. " rule")
+    end
+  end
+  return o
+end
+
+-- One image through the Qwen2-VL processor (Qwen2-VL, Qwen2.5-VL,
+-- Qwen3-VL): the grid of patches (grid_t is 1 for a still image: it is
+-- repeated to temporal_patch_size frames, which the Conv3d folds into one),
+-- then merge x merge patches become one token.
+-- o = {patch_size, merge_size, min_pixels, max_pixels}
+function M.dynamic_grid(height, width, o)
+  settings(o, { "patch_size", "merge_size", "min_pixels", "max_pixels" }, "dynamic-resolution")
   local patch, merge = o.patch_size, o.merge_size
   local factor = patch * merge
   local h_bar, w_bar = M.smart_resize(height, width, factor, o.min_pixels, o.max_pixels)
@@ -86,34 +101,6 @@ local function qwen_family(height, width, o)
   local tokens = gh * gw // (merge * merge)
   return { tokens = tokens, resized = { h_bar, w_bar }, grid = { 1, gh, gw },
     patches = gh * gw, factor = factor }
-end
-
--- Qwen2-VL defaults: patch 14, merge 2 (factor 28), min_pixels 56*56,
--- max_pixels 28*28*1280 (Qwen2VLImageProcessor.__init__: size =
--- {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 1280}).
-M.QWEN2_VL = { patch_size = 14, merge_size = 2, min_pixels = 56 * 56, max_pixels = 28 * 28 * 1280 }
-
--- Qwen3-VL: patch 16, merge 2 (factor 32). Its preprocessor_config.json
--- (Qwen/Qwen3-VL-4B-Instruct; image_processor_type
--- Qwen2VLImageProcessorFast) sets size {"shortest_edge": 65536,
--- "longest_edge": 16777216}: 256^2 to 4096^2 pixels. One token covers
--- 32 x 32 = 1024 pixels, so tokens ~ pixels / 1024.
-M.QWEN3_VL = { patch_size = 16, merge_size = 2, min_pixels = 65536, max_pixels = 16777216 }
-
-local function merged(defaults, o)
-  local r = {}
-  for k, v in pairs(defaults) do r[k] = v end
-  for k, v in pairs(o or {}) do r[k] = v end
-  return r
-end
-
--- opts may override patch_size, merge_size, min_pixels, max_pixels.
-function M.qwen2_vl(height, width, opts)
-  return qwen_family(height, width, merged(M.QWEN2_VL, opts))
-end
-
-function M.qwen3_vl(height, width, opts)
-  return qwen_family(height, width, merged(M.QWEN3_VL, opts))
 end
 
 -- ---------------------------------------------------------------------------
@@ -133,7 +120,6 @@ function M.fixed(image_size, patch_size)
   local g = image_size // patch_size
   return { tokens = g * g, grid = { g, g } }
 end
-M.siglip = M.fixed
 
 -- Pixel shuffle (Idefics3 / SmolVLM / InternVL): a factor f folds f x f
 -- neighbouring patches into one token, so a g x g grid gives (g/f)^2
@@ -159,19 +145,15 @@ end
 --   area > 0.5 * image_size^2 * i * j
 --   blocks = i * j tiles of image_size, plus one thumbnail when blocks > 1
 --   and use_thumbnail.
--- Each tile gives num_image_token = (image_size // patch_size)^2 *
--- downsample_ratio^2 = (448/14)^2 / 4 = 256 tokens after the pixel shuffle,
--- and the prompt wraps them as <img> + <IMG_CONTEXT> * 256 * tiles + </img>.
+-- (What each tile becomes is the model's: models/internvl.lua.)
 -- Python iterates a set before its stable sort, so among ratios with the
 -- same i*j the order is CPython's set order; here it is (i, j) ascending.
 -- The two differ only when two ratios with the same tile count are exactly
 -- equally close to the aspect ratio.
 -- ---------------------------------------------------------------------------
-M.INTERNVL = { image_size = 448, patch_size = 14, downsample_ratio = 0.5, min_num = 1,
-  max_num = 12, use_thumbnail = true }
-
-function M.internvl_tiles(height, width, opts)
-  local o = merged(M.INTERNVL, opts)
+-- o = {image_size, min_num, max_num, use_thumbnail}
+function M.tiles(height, width, o)
+  settings(o, { "image_size", "min_num", "max_num", "use_thumbnail" }, "dynamic tiling")
   height, width = posint(height, "height"), posint(width, "width")
   local ratios = {}
   for i = 1, o.max_num do
@@ -203,17 +185,6 @@ function M.internvl_tiles(height, width, opts)
     tiles = blocks + thumb }
 end
 
-function M.internvl(height, width, opts)
-  local o = merged(M.INTERNVL, opts)
-  local t = M.internvl_tiles(height, width, o)
-  local g = o.image_size // o.patch_size
-  local per_tile = math.floor(g * g * o.downsample_ratio * o.downsample_ratio)
-  t.per_tile = per_tile
-  t.image_tokens = per_tile * t.tiles
-  t.tokens = t.image_tokens + 2 -- <img> ... </img>
-  return t
-end
-
 -- ---------------------------------------------------------------------------
 -- Pixtral / Mistral Small 3.1 (Mistral3).
 -- transformers src/transformers/models/pixtral/image_processing_pixtral.py,
@@ -226,16 +197,12 @@ end
 --   num_width_tokens = width // (patch_size * spatial_merge_size)
 --   each row is [IMG] * num_width_tokens + [IMG_BREAK]; the last
 --   [IMG_BREAK] is replaced by [IMG_END].
--- Mistral Small 3.1: longest_edge 1540, patch 14, spatial_merge_size 2, so a
--- 1540 x 1540 image is 110 x 110 patches, merged 2 x 2 into 55 x 55 = 3025
--- image tokens (seed 003's figure), and the sequence holds 55 rows of
--- 55 [IMG] + 1 separator: 3025 + 54 [IMG_BREAK] + 1 [IMG_END] = 3080.
--- Pixtral-12B (merge 1, patch 16, longest edge 1024) uses the same rules.
+-- Pixtral-12B (merge 1, patch 16, longest edge 1024) and Mistral Small 3.x
+-- (models/mistral3.lua) use these rules.
+-- o = {longest_edge, patch_size, merge_size}
 -- ---------------------------------------------------------------------------
-M.MISTRAL3 = { longest_edge = 1540, patch_size = 14, merge_size = 2 }
-
-function M.pixtral(height, width, opts)
-  local o = merged(M.MISTRAL3, opts)
+function M.longest_edge_grid(height, width, o)
+  settings(o, { "longest_edge", "patch_size", "merge_size" }, "longest-edge")
   height, width = posint(height, "height"), posint(width, "width")
   local h, w = height, width
   local ratio = math.max(h / o.longest_edge, w / o.longest_edge)
@@ -252,6 +219,5 @@ function M.pixtral(height, width, opts)
   return { tokens = image + th, image_tokens = image, rows = th, cols = tw,
     breaks = th - 1, ends = 1, resized = { math.tointeger(rh), math.tointeger(rw) } }
 end
-M.mistral3 = M.pixtral
 
 return M

@@ -24,7 +24,7 @@ end
 -- A normalized run for a preset under the policy.
 function M.run(preset, fields, where)
   return require("stdlib.spec").normalize({ model = { preset = preset },
-    run = M.policy(fields) }, where)
+    run = M.policy(fields) }, where, require("models.registry"))
 end
 
 return M

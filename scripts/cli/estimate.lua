@@ -66,7 +66,7 @@ elseif type(doc) == "table" and doc[1] ~= nil then
 elseif case_id and doc.id ~= case_id then
   errors.input(path, "--case", "the file holds case '" .. tostring(doc.id) .. "'")
 end
-run = run or spec.normalize(doc, path)
+run = run or spec.normalize(doc, path, require("models.registry"))
 run.timeline = fmt == nil or fmt == "markdown" or a.html ~= nil -- drawn, not in JSON/CSV
 local b, st
 if run.parallel then -- per-rank budgets; the top level is the largest rank's

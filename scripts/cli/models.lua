@@ -35,7 +35,8 @@ end
 local rows = {}
 for _, p in ipairs(registry.PRESETS) do
   local cfg, rel = load(p.name)
-  local r = P.count(cfg, rel)
+  local family, typed = registry.find(cfg, rel)
+  local r = P.count(family, typed, rel)
   rows[#rows + 1] = { name = p.name, hf = p.hf, family = r.family, total = r.total,
     published = p.published, matches = p.published == nil and vram.json.null
       or (p.published == r.total),
@@ -44,7 +45,7 @@ end
 
 if as_json then
   local fams = {}
-  for i, f in ipairs(registry.FAMILIES) do
+  for i, f in ipairs(registry.list()) do
     fams[i] = { name = f.name, model_types = f.model_types, about = f.about }
   end
   print(vram.json.encode({ families = fams, presets = rows }, true))
@@ -52,7 +53,7 @@ if as_json then
 end
 
 print("Families (picked by config.json model_type):")
-for _, f in ipairs(registry.FAMILIES) do
+for _, f in ipairs(registry.list()) do
   print(("  %-10s %-28s %s"):format(f.name, table.concat(f.model_types, ","), f.about))
 end
 print("")

@@ -82,7 +82,10 @@ if ckpt_only then
     k.verdict = "one shard of several: name the index (model.safetensors.index.json) "
       .. "to compare the whole checkpoint with its config"
   elseif ok and type(bcfg) == "table" then
-    local okc, r = pcall(P.count, bcfg, beside)
+    local okc, r = pcall(function()
+      local family, typed = require("models.registry").find(bcfg, beside)
+      return P.count(family, typed, beside)
+    end)
     if okc then
       k.verdict = st.compare(k, r, nil)
     end
@@ -98,7 +101,7 @@ do
   if not name:find("%.[jJyY][sSaA]?[oOmM]?[nNlL]?$") and not name:find("/") then
     name = name .. ".json" -- a bare preset name
   end
-  local ok, p, c = pcall(spec.resolve, name, ".")
+  local ok, p, c = pcall(spec.resolve, name, ".", nil, require("models.registry"))
   if not ok then
     local msg = type(p) == "table" and p.msg or tostring(p)
     if msg:find("cannot find", 1, true) then
@@ -111,7 +114,8 @@ do
   cfg = c or spec.load_file(p)
 end
 
-local r = P.count(cfg, where, { freeze = freeze })
+local family, typed = require("models.registry").find(cfg, where)
+local r = P.count(family, typed, where, { freeze = freeze })
 
 -- The checkpoint beside the config, when there is one (and it may be read).
 local ckpt
@@ -124,7 +128,7 @@ do
       local okp, stp = pcall(function()
         return require("stdlib.step").run(spec.normalize({ model = { config = where },
           run = { mode = "inference", batch = 1, seq = 1, framework = "pytorch-cpu" } },
-          where))
+          where, require("models.registry")))
       end)
       priced = okp and stp.live_by_category.weights or nil
     end

@@ -46,8 +46,8 @@ print(("%-48s %8s %8s %8s %8s %9s %8s %8s"):format("", "GiB", "GiB", "GiB", "GiB
 local results = {}
 local ctx = require("stdlib.report").FRAMEWORK.torchsharp.context
 for _, r in ipairs(rows) do
-  local run = spec.normalize(r.spec, here)
-  local st = step.simulate(require(run.module), run)
+  local run = spec.normalize(r.spec, here, require("models.registry"))
+  local st = step.simulate(run.sim, run)
   local pp = st.phase_peaks
   local fb = math.max(pp.forward or 0, pp.backward or 0)
   local grads = (st.phase_end.backward_end or 0) - st.baseline

@@ -8,6 +8,7 @@ local spec = require("stdlib.spec")
 local step = require("stdlib.step")
 local siq = require("models.siq_vlm")
 local siglip = require("models.siglip")
+local registry = require("models.registry")
 local args = require("stdlib.args").parse({ ... }, { batch = 4, text = 2048, stage = 0 })
 
 local GiB, GB = 1 << 30, 1e9
@@ -24,8 +25,8 @@ local function make_run(f, stage_frozen, attention)
   local run = spec.normalize({ model = { preset = "qwen2_5_1_5b_instruct" }, run = {
     mode = "train", batch = args.batch, seq = args.text, grad_accum = 4,
     precision = { params = "bf16" }, grad_checkpointing = "full", attention = attention,
-    freeze = stage_frozen } }, here)
-  run.module, run.family = "models.siq_vlm", "vlm"
+    freeze = stage_frozen } }, here, registry)
+  run.sim = siq
   run.vision = vision_cfg
   run.vlm = { pixel_shuffle_factor = f, projector_hidden_act = "gelu",
     multimodal_projector_bias = true }

@@ -5,8 +5,7 @@
 --                                    [--batch 16] [--text 100] [--new 64]
 local vram = require("vram")
 local spec = require("stdlib.spec")
-local shapes = require("models.vlm_shapes")
-local tokens = require("stdlib.vision_tokens")
+local registry = require("models.registry")
 local rl = require("stdlib.rl")
 local gpus = require("stdlib.gpus")
 local errors = require("stdlib.errors")
@@ -19,6 +18,8 @@ local W, H = args.image:match("^(%d+)x(%d+)$")
 if not W then errors.usage("--image needs WIDTHxHEIGHT, got '" .. args.image .. "'") end
 W, H = math.tointeger(tonumber(W)), math.tointeger(tonumber(H))
 local cfg_path, cfg = spec.resolve("qwen3_vl_4b_instruct.json", vram.share_dir)
+local family = registry.find(cfg, cfg_path)
+local model = family.read(cfg, cfg_path)
 
 -- The seed's trainer: fp32 params, AdamW, no checkpointing, one_hot loss,
 -- DeepStack kept, ppo_minibatch a size (64 >= 16 -> one chunk of 16).
@@ -26,17 +27,15 @@ local BASE = { pixels = args.pixels, minibatch = args.minibatch, loss = "one_hot
   deepstack = true, params = "fp32", optimizer = { name = "adamw", state_dtype = "fp32" } }
 
 local function simulate(k, attention)
-  local t = tokens.qwen3_vl(H, W, { max_pixels = k.pixels })
-  local text = spec.normalize({ model = { preset = "qwen2_5_1_5b_instruct" }, run = {
+  local image = { count = 1, width = W, height = H, max_pixels = k.pixels }
+  local t = family.image_tokens(model, image)
+  local run = spec.normalize({ model = { preset = "qwen3_vl_4b_instruct" }, run = {
     mode = "train", batch = args.batch, seq = args.text, framework = "jax",
     precision = { params = k.params }, optimizer = k.optimizer, loss = k.loss,
-    attention = attention } }, here)
-  local shape = shapes.shape(cfg, cfg_path, 32)
-  shape.vision.grid_h, shape.vision.grid_w = t.grid[2], t.grid[3]
-  if not k.deepstack then shape.deepstack = 0 end
-  local run = shapes.run(text, shape)
+    attention = attention, images = image } }, here, registry)
+  if not k.deepstack then run.vlm.deepstack = 0 end
   run.rl = { new_tokens = args.new, minibatch = k.minibatch }
-  local st = rl.simulate(require(run.module), run)
+  local st = rl.simulate(run.sim, run)
   return st, t.tokens
 end
 
@@ -104,7 +103,7 @@ line("all together (120000 px, minibatch 2)", st_all.peak, sf_all.peak, n_all)
 print()
 print("Where the seed's figures differ:")
 print("- its parameter count (4,925,110,784) adds q/k/v biases Qwen3 does not have and counts")
-local pc = require("stdlib.params").count(cfg, cfg_path)
+local pc = require("stdlib.params").count(family, cfg, cfg_path)
 print(("  the tied embedding twice (a Flax tree stores it twice); the checkpoint has %d")
   :format(pc.total))
 print(("  parameters (%d more if stored twice). See `vramlua params %s`."):format(

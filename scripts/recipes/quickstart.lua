@@ -41,8 +41,9 @@ print(("%-36s %12s  %-10s %-22s %-8s %-8s"):format("variant", "peak GiB", "phase
   "H100-80", "4090"))
 for _, r in ipairs(rows) do
   local name, s = r[1], r[2]
-  local run = spec.normalize(s, vram.share_dir .. "/scripts/recipes/quickstart.lua")
-  local st = step.simulate(require(run.module), run)
+  local run = spec.normalize(s, vram.share_dir .. "/scripts/recipes/quickstart.lua",
+    require("models.registry"))
+  local st = step.simulate(run.sim, run)
   local ctx = report.FRAMEWORK.pytorch.context
   print(("%-36s %12.2f  %-10s %-22s %-8s %-8s"):format(name, st.peak / (1 << 30), st.peak_phase,
     st.peak_op or "", st.peak_reserved + ctx <= h100.bytes and "fits" or "NO",

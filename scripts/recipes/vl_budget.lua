@@ -6,7 +6,7 @@
 local vram = require("vram")
 local spec = require("stdlib.spec")
 local step = require("stdlib.step")
-local shapes = require("models.vlm_shapes")
+local registry = require("models.registry")
 local doctor = require("stdlib.doctor")
 local gpus = require("stdlib.gpus")
 local report = require("stdlib.report")
@@ -30,29 +30,25 @@ local BASES = {
     seed = {}, seed_cache = 23.5 },
 }
 
-local function base_run(preset, mode, batch, ckpt, lora)
-  local cfg_path, cfg = spec.resolve(preset .. ".json", vram.share_dir)
+-- One square image of the pinned side per sample.
+local function base_run(b, mode, batch, ckpt, lora)
   local r = { mode = mode, batch = batch, seq = args.text, precision = { params = "fp16" },
-    attention = "sdpa", grad_checkpointing = ckpt and "full" or "none", freeze = { "vision" } }
+    attention = "sdpa", grad_checkpointing = ckpt and "full" or "none", freeze = { "vision" },
+    images = { count = 1, width = b.side, height = b.side } }
   if lora then r.lora = { rank = 16, alpha = 32 } end
-  -- the text part goes through the ordinary run-spec checks
-  local text = spec.normalize({ model = { preset = "qwen2_5_1_5b_instruct" }, run = r }, here)
-  return text, cfg, cfg_path
+  return spec.normalize({ model = { preset = b.preset }, run = r }, here, registry)
 end
 
 local function simulate(b, mode, batch, ckpt, lora)
-  local text, cfg, path = base_run(b.preset, mode, batch, ckpt, lora)
-  local shape = shapes.shape(cfg, path, b.side)
-  local run = shapes.run(text, shape)
-  local st = step.simulate(require(run.module), run)
-  return st, run, shape
+  local run = base_run(b, mode, batch, ckpt, lora)
+  return step.simulate(run.sim, run), run
 end
 
 print(("Five VL bases, %d text tokens + the image tokens, fp16 weights, sdpa attention,"):format(
   args.text))
 print("vision tower frozen, LoRA r=16 on q/k/v/o of the LLM; device = reserved + CUDA context")
 print("(peaks in GB = 10^9 B, as the seed's tables; the vision towers are simulated as")
-print(" ViTs of their own size — see models/vlm_shapes.lua for what is approximate)")
+print(" ViTs of their own size — see models/siq_vlm.lua for what is approximate)")
 print()
 print(("%-24s %6s %-26s %9s %9s %9s"):format("base", "tokens", "run", "peak GB", "device GB",
   "seed GB"))
@@ -99,16 +95,13 @@ print()
 print("preprocessing cache per image (the processor's pixel tensor)")
 print(("%-24s %8s %12s %12s %10s"):format("base", "side", "fp32 MB", "bf16 MB", "seed MB"))
 for _, b in ipairs(BASES) do
-  local _, cfg, path = base_run(b.preset, "inference", 1, false, false)
-  local shape = shapes.shape(cfg, path, b.side)
-  local n
-  if shape.family == "qwen2_vl" then
-    -- Qwen2-VL flattens patches: (grid^2) x (3 x temporal 2 x 14 x 14)
-    local g = b.side // 14
-    n = g * g * 3 * 2 * 14 * 14
-  else
-    n = 3 * b.side * b.side
-  end
+  local cfg = base_run(b, "inference", 1, false, false).hf_config
+  local fam = registry.find(cfg, b.preset)
+  local image = { count = 1, width = b.side, height = b.side }
+  -- a processor that lays pixels out its own way says so (pixel_values);
+  -- the others hold one 3 x side x side tensor
+  local n = fam.pixel_values and fam.pixel_values(fam.read(cfg, b.preset), image)
+    or 3 * b.side * b.side
   print(("%-24s %8d %12.2f %12.2f %10.1f"):format(b.name, b.side, vram.bytes("fp32", n) / 1e6,
     vram.bytes("bf16", n) / 1e6, b.seed_cache))
 end

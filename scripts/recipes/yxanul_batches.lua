@@ -10,6 +10,7 @@ local gpus = require("stdlib.gpus")
 local args = require("stdlib.args").parse({ ... }, { mfu = 0.4,
   curriculum = "examples/yxanul_curriculum.yaml" })
 
+local registry = require("models.registry")
 local here = vram.share_dir .. "/scripts/recipes/yxanul_batches.lua"
 local _, cur = spec.resolve(args.curriculum, vram.share_dir)
 
@@ -25,11 +26,12 @@ local function run_for(seq, precision)
     or { params = "bf16" }
   return spec.normalize({ model = { preset = cur.model }, run = { mode = "train", batch = 1,
     seq = seq, precision = prec, attention = "sdpa",
-    optimizer = { name = "adamw", state_dtype = "fp32" } } }, here)
+    optimizer = { name = "adamw", state_dtype = "fp32" } } }, here, registry)
 end
 
 local base = run_for(8, "bf16")
-local params = require("stdlib.params").count(base.hf_config).total
+local params = require("stdlib.params").count(registry.find(base.hf_config, cur.model),
+  base.hf_config).total
 local text = base.text
 print(("Yxanul 197M: %d parameters, vocab %d, %d layers, hidden %d; AdamW fp32 states, sdpa")
   :format(params, text.vocab, text.layers, text.hidden))

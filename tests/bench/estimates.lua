@@ -21,8 +21,8 @@ local CASES = {
 
 local compiled = require("stdlib.compiled")
 for _, c in ipairs(CASES) do
-  local run = spec.normalize(c[2], here)
-  local fam = require(run.module)
+  local run = spec.normalize(c[2], here, require("models.registry"))
+  local fam = run.sim
   local n, t0 = 0, os.clock()
   repeat
     step.simulate(fam, run)

@@ -61,10 +61,14 @@ function M.compute()
   return out
 end
 
--- The calls that reach the code under test (the API at the time of locking).
-function M.truth_run(case, where) return spec.normalize(case, where) end
-function M.spec_run(path) return spec.load(path) end
-function M.spec_table_run(s, where) return spec.normalize(s, where) end
-function M.count(path) return P.load(path) end
+-- The calls that reach the code under test.
+function M.truth_run(case, where) return spec.normalize(case, where, registry) end
+function M.spec_run(path) return spec.load(path, registry) end
+function M.spec_table_run(s, where) return spec.normalize(s, where, registry) end
+function M.count(path)
+  local cfg = vram.json.load(path)
+  local family, typed = registry.find(cfg, path)
+  return P.count(family, typed, path)
+end
 
 return M

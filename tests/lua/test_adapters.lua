@@ -19,10 +19,11 @@ local function tiny_run(lora, over)
   for k, v in pairs(over or {}) do o[k] = v end
   return spec.normalize({ model = { preset = "llama_3_8b", overrides = o },
     run = { mode = "train", batch = 1, seq = 16, precision = { params = "bf16" },
-      framework = "pytorch", lora = lora } }, root .. "/tests/lua/spec.yaml")
+      framework = "pytorch", lora = lora } }, root .. "/tests/lua/spec.yaml",
+    require("models.registry"))
 end
 
-local function trainable(run) return step.simulate(require(run.module), run).trainable_count end
+local function trainable(run) return step.simulate(run.sim, run).trainable_count end
 
 local QKVOGUD = { "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj" }
 local H, I, KV, L, V, R = 2048, 5632, 4 * 64, 22, 32000, 32
@@ -52,7 +53,7 @@ end
 -- peft lora.Embedding: lora_embedding_A (r x vocab), lora_embedding_B (dim x r)
 function tests.embedding_adapter_counts_r_times_vocab_plus_dim()
   local run = tiny_run({ rank = 16, targets = { "embed_tokens", "q_proj" } })
-  local st = step.simulate(require(run.module), run)
+  local st = step.simulate(run.sim, run)
   T.eq(st.trainable_count, 16 * (V + H) + L * 16 * (H + H))
   T.ok(st.peak > 0)
 end

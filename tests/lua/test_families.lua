@@ -8,6 +8,13 @@ local P = require("stdlib.params")
 local spec = require("stdlib.spec")
 local step = require("stdlib.step")
 local moe = require("stdlib.moe")
+local registry = require("models.registry")
+
+-- The caller picks the family (models/registry.lua) and hands it to stdlib.
+local function count_cfg(cfg, where)
+  local family, typed = registry.find(cfg, where)
+  return P.count(family, typed, where)
+end
 
 local function preset(name)
   return vram.json.load(vram.share_dir .. "/examples/configs/" .. name .. ".json")
@@ -60,7 +67,7 @@ local CONFIGS = {
 }
 
 local function count(name)
-  return P.count(CONFIGS[name], name .. ".json")
+  return count_cfg(CONFIGS[name], name .. ".json")
 end
 
 local function part(r, name)
@@ -85,14 +92,14 @@ T.test("dense variants match their published counts", function()
   -- llama.cpp's n-params of two GGUF language models (index file
   -- 37074310570): Gemma-3-27B's text model and GLM-4.6V-Flash's, a glm4
   -- (four norms per layer) with GLM-4-9B's shapes
-  T.eq(P.count(cfg({ model_type = "gemma3_text", vocab_size = 262208, hidden_size = 5376,
+  T.eq(count_cfg(cfg({ model_type = "gemma3_text", vocab_size = 262208, hidden_size = 5376,
     intermediate_size = 21504, num_hidden_layers = 62, num_attention_heads = 32,
     num_key_value_heads = 16, head_dim = 128, tie_word_embeddings = true }), "g").total,
     27009346304)
   local glm4 = {}
   for k, v in pairs(CONFIGS.glm_4_9b) do glm4[k] = v end
   glm4.model_type = "glm4"
-  T.eq(P.count(glm4, "glm4").total, 9400279040)
+  T.eq(count_cfg(glm4, "glm4").total, 9400279040)
 end)
 
 T.test("MoE variants match their published counts", function()
@@ -108,18 +115,18 @@ end)
 
 T.test("the pieces of a MoE count are the ones the modelling code builds", function()
   -- Mixtral: 32 layers x 8 experts x 3 x 4096 x 14336 and a 4096 x 8 router
-  local r = P.count(preset("mixtral_8x7b_v0_1"), "mixtral")
+  local r = count_cfg(preset("mixtral_8x7b_v0_1"), "mixtral")
   T.eq(part(r, "layers.experts"), 32 * 8 * 3 * 4096 * 14336)
   T.eq(part(r, "layers.router"), 32 * 4096 * 8)
   -- DeepSeek-V3: 3 dense layers, 58 MoE layers with one shared expert, the
   -- MTP layer not counted
-  local d = P.count(preset("deepseek_v3"), "deepseek_v3")
+  local d = count_cfg(preset("deepseek_v3"), "deepseek_v3")
   T.eq(part(d, "layers.mlp"), 3 * 3 * 7168 * 18432)
   T.eq(part(d, "layers.shared_experts"), 58 * 3 * 7168 * 2048)
   T.eq(part(d, "mtp"), 0)
   -- gpt-oss-20b: fused experts with biases, a router with a bias, one sink
   -- per head in every layer
-  local g = P.count(preset("gpt_oss_20b"), "gpt_oss_20b")
+  local g = count_cfg(preset("gpt_oss_20b"), "gpt_oss_20b")
   T.eq(part(g, "layers.experts"), 24 * 32 * (2880 * 5760 + 5760 + 2880 * 2880 + 2880))
   T.eq(part(g, "layers.router"), 24 * (2880 * 32 + 32))
   -- Qwen1.5-MoE: the shared expert and its sigmoid gate
@@ -133,37 +140,37 @@ T.test("Gemma 2 has four norms per layer, Gemma 1 two", function()
   local c = {}
   for k, v in pairs(g1) do c[k] = v end
   c.model_type = "gemma"
-  T.eq(part(P.count(c, "gemma.json"), "layers.norms"), 26 * 2 * 2304)
+  T.eq(part(count_cfg(c, "gemma.json"), "layers.norms"), 26 * 2 * 2304)
 end)
 
 T.test("keys a family does not model are refused, never ignored", function()
   local mix = preset("mixtral_8x7b_v0_1")
   mix.model_type = "mistral"
-  T.raises(function() P.count(mix, "mix.json") end,
+  T.raises(function() count_cfg(mix, "mix.json") end,
     "mix.json: num_local_experts: changes the parameter count")
   local q = preset("qwen3_30b_a3b")
   q.model_type = "qwen3"
-  T.raises(function() P.count(q, "q.json") end, "q.json: num_experts: changes the parameter count")
+  T.raises(function() count_cfg(q, "q.json") end, "q.json: num_experts: changes the parameter count")
   local ds = preset("deepseek_v3")
   ds.model_type = "llama"
   ds.architectures = nil
-  T.raises(function() P.count(ds, "ds.json") end, "ds.json: n_routed_experts:")
+  T.raises(function() count_cfg(ds, "ds.json") end, "ds.json: n_routed_experts:")
 end)
 
 T.test("a did-you-mean never points to a family that would refuse the config", function()
   local mix = preset("mixtral_8x7b_v0_1")
   mix.architectures = nil
   mix.model_type = "mixtrel"
-  T.raises(function() P.count(mix, "m.json") end, "did you mean 'mixtral'?")
+  T.raises(function() count_cfg(mix, "m.json") end, "did you mean 'mixtral'?")
   mix.model_type = "mistrall" -- close to mistral, which would refuse the experts
-  local msg = T.raises(function() P.count(mix, "m.json") end, "unknown model_type 'mistrall'")
+  local msg = T.raises(function() count_cfg(mix, "m.json") end, "unknown model_type 'mistrall'")
   T.ok(msg and not msg:find("did you mean", 1, true), "no hint")
 end)
 
 T.test("a known architecture fixes an unknown model_type", function()
   local mix = preset("mixtral_8x7b_v0_1")
   mix.model_type = "mixtral-custom"
-  T.eq(P.count(mix, "m.json").total, 46702792704)
+  T.eq(count_cfg(mix, "m.json").total, 46702792704)
 end)
 
 T.test("tokens per expert: dropless sums to rows x top_k, capacity drops", function()
@@ -188,7 +195,7 @@ local function run_of(config, layers, run, keep_quant)
   if not keep_quant then config.quantization_config = nil end
   local path = T.tmpfile(vram.json.encode(config))
   return spec.normalize({ model = { config = path, overrides = { num_hidden_layers = layers } },
-    run = run }, "spec.yaml")
+    run = run }, "spec.yaml", registry)
 end
 
 T.test("every family runs train, LoRA, inference and generation", function()
@@ -213,7 +220,7 @@ T.test("every family runs train, LoRA, inference and generation", function()
         local cc = {}
         for k, v in pairs(c) do cc[k] = v end
         cc.num_hidden_layers = 4
-        local want = P.count(cc, name).total
+        local want = count_cfg(cc, name).total
         local buffers = 0
         if cc.model_type == "deepseek_v3" then buffers = 1 * 256 end -- layer 4 is MoE
         if not r.lora then T.eq(st.param_count + buffers, want, name .. " parameters") end
@@ -318,14 +325,14 @@ T.test("gpt-oss weights as stored: mxfp4 experts, the rest bf16", function()
   -- gpt-oss-120b 65,248,815,744 (tensor_bytes in index file 59724567210)
   for name, total in pairs({ gpt_oss_20b = 13761264768, gpt_oss_120b = 65248815744 }) do
     local run = spec.normalize({ model = { preset = name }, run = { mode = "inference",
-      batch = 1, seq = 1, framework = "pytorch-cpu" } }, "s.yaml")
+      batch = 1, seq = 1, framework = "pytorch-cpu" } }, "s.yaml", registry)
     T.eq(step.run(run).live_by_category.weights, total, name)
   end
 end)
 
 T.test("a quantized checkpoint trains through adapters, or dequantized", function()
   local function norm(r) return spec.normalize({ model = { preset = "qwen3_30b_a3b_fp8",
-    overrides = { num_hidden_layers = 2 } }, run = r }, "s.yaml") end
+    overrides = { num_hidden_layers = 2 } }, run = r }, "s.yaml", registry) end
   T.raises(function() norm({ mode = "train", batch = 1, seq = 8 }) end,
     "s.yaml: run.lora: a quantized checkpoint trains only through adapters")
   T.eq(norm({ mode = "train", batch = 1, seq = 8, precision = { dequantize = true } }).quant, nil)
@@ -352,7 +359,7 @@ T.test("safetensors headers give every tensor's count, dtype and bytes", functio
   T.eq(#k.files, 2)
   T.eq(k.tensors, 1 + 2 * 12 + 1)
   T.eq(st.read(FIX .. "ckpt_qwen2_tiny").elements, want) -- the folder
-  local r = P.count(vram.json.load(FIX .. "ckpt_qwen2_tiny/config.json"), "c")
+  local r = count_cfg(vram.json.load(FIX .. "ckpt_qwen2_tiny/config.json"), "c")
   T.eq(st.compare(k, r), "config count equals the checkpoint's: " .. P.commas(want))
   -- a checkpoint that stores the tied embedding twice is recognised
   local twice = { elements = want + 6400, bytes = 0, by_dtype = { { dtype = "BF16" } } }
@@ -372,10 +379,10 @@ T.test("a quantized checkpoint's bytes equal what vramlua prices", function()
   T.eq(u8_seen, u8)
   local path = FIX .. "ckpt_gpt_oss_tiny/config.json"
   local run = spec.normalize({ model = { config = path }, run = { mode = "inference", batch = 1,
-    seq = 1, framework = "pytorch-cpu" } }, path)
+    seq = 1, framework = "pytorch-cpu" } }, path, registry)
   local priced = step.run(run).live_by_category.weights
   T.eq(priced, k.bytes)
-  T.ok(st.compare(k, P.count(vram.json.load(path), path), priced):find("^quantized: "))
+  T.ok(st.compare(k, count_cfg(vram.json.load(path), path), priced):find("^quantized: "))
 end)
 
 T.test("files that are not safetensors are refused with the reason", function()
@@ -438,27 +445,27 @@ local VLMS = {
 T.test("VLMs match their published counts", function()
   -- Qwen/Qwen2.5-VL-3B-Instruct: n_parameters in a model registry entry
   -- pinned to a revision (index file 56724970731)
-  local q = P.count(VLMS.qwen2_5_vl_3b, "q")
+  local q = count_cfg(VLMS.qwen2_5_vl_3b, "q")
   T.eq(q.total, 3754622976)
   T.eq(q.tied_duplicate, 151936 * 2048) -- the tied Qwen2.5-3B embedding, held once
   -- google/gemma-3-4b-it: Hub safetensors total (index file 71142266638)
-  T.eq(P.count(VLMS.gemma_3_4b, "g").total, 4300079472)
+  T.eq(count_cfg(VLMS.gemma_3_4b, "g").total, 4300079472)
   -- llava-hf/llava-1.5-7b-hf: count_parameters asserted after building
   -- LlavaForConditionalGeneration from the config (index file 4065502446)
-  T.eq(P.count(VLMS.llava_1_5_7b, "l").total, 7063427072)
+  T.eq(count_cfg(VLMS.llava_1_5_7b, "l").total, 7063427072)
   -- HuggingFaceTB/SmolVLM-256M: "params 256484928" in a run log (index file
   -- 70239433783); docling-project/SmolDocling-256M-preview, the same
   -- architecture, pinned at that count with its revision (58494106586)
-  T.eq(P.count(VLMS.smolvlm_256m, "s").total, 256484928)
+  T.eq(count_cfg(VLMS.smolvlm_256m, "s").total, 256484928)
   -- openbmb/MiniCPM-V-2_6: Hub safetensors metadata, as listed in index file
   -- 12439498600
-  T.eq(P.count(VLMS.minicpm_v_2_6, "mc").total, 8099175152)
+  T.eq(count_cfg(VLMS.minicpm_v_2_6, "mc").total, 8099175152)
   -- OpenGVLab/InternVL2_5-1B: Hub safetensors metadata, as listed in index
   -- file 12439498600
-  T.eq(P.count(VLMS.internvl_1b_hf, "i").total, 938193024)
+  T.eq(count_cfg(VLMS.internvl_1b_hf, "i").total, 938193024)
   -- Qwen/Qwen3-VL-30B-A3B-Instruct is a preset (test_models checks it):
   -- 31,070,754,032, paramCount in a provider's catalogue (index file 66729435508)
-  local r = P.count(preset("qwen3_vl_30b_a3b_instruct"), "q3")
+  local r = count_cfg(preset("qwen3_vl_30b_a3b_instruct"), "q3")
   T.eq(r.total, 31070754032)
   T.eq(part(r, "model.language_model.layers.experts"), 48 * 128 * 3 * 2048 * 768)
 end)
@@ -476,7 +483,7 @@ T.test("Llama 3.2 Vision: tiles, global layers and cross-attention layers", func
       num_key_value_heads = 8, cross_attention_layers = { 3, 8, 13, 18, 23, 28, 33, 38 } } }
   -- meta-llama/Llama-3.2-11B-Vision-Instruct: Hub safetensors metadata, as
   -- listed in index file 12439498600
-  T.eq(P.count(c, "m").total, 10670220835)
+  T.eq(count_cfg(c, "m").total, 10670220835)
   T.raises(function() run_of(c, 2, { batch = 1, seq = 8 }) end,
     "mllama's cross-attention layers are not simulated yet")
 end)
@@ -495,7 +502,7 @@ T.test("MiniCPM-V slices an image by its area and aspect", function()
   -- slices, 3 x 2 matches the 3:2 aspect best -> 1 + 6 crops
   T.eq(mc.crops(VLMS.minicpm_v_2_6, 448, 448), 1)
   T.eq(mc.crops(VLMS.minicpm_v_2_6, 896, 1344), 7)
-  T.raises(function() P.count({ model_type = "minicpmv", version = 3.0,
+  T.raises(function() count_cfg({ model_type = "minicpmv", version = 3.0,
     vision_config = VLMS.minicpm_v_2_6.vision_config }, "m.json") end,
     "m.json: version: MiniCPM-V version '3.0' is not modelled")
 end)
@@ -518,10 +525,10 @@ T.test("LLaVA-NeXT adds image_newline; Qwen2.5-VL's vision is gated and RMS-norm
   local n = {}
   for k, v in pairs(VLMS.llava_1_5_7b) do n[k] = v end
   n.model_type = "llava_next"
-  T.eq(P.count(n, "n").total - P.count(VLMS.llava_1_5_7b, "l").total, 4096)
+  T.eq(count_cfg(n, "n").total - count_cfg(VLMS.llava_1_5_7b, "l").total, 4096)
   -- 32 blocks: two RMSNorms, qkv and proj with biases, gate/up/down with biases
   local D, I = 1280, 3420
-  T.eq(part(P.count(VLMS.qwen2_5_vl_3b, "q"), "visual.blocks"), 32 * (2 * D + (3 * D * D + 3 * D)
+  T.eq(part(count_cfg(VLMS.qwen2_5_vl_3b, "q"), "visual.blocks"), 32 * (2 * D + (3 * D * D + 3 * D)
     + (D * D + D) + 2 * (D * I + I) + (I * D + D)))
 end)
 
@@ -565,10 +572,10 @@ end)
 T.test("a spec may name its model by hub id or by its folder", function()
   -- no Hugging Face cache here: the preset that records the hub id answers
   local r = spec.normalize({ model = { config = "openai/gpt-oss-20b" },
-    run = { mode = "inference", batch = 1, seq = 8 } }, vram.share_dir .. "/spec.yaml")
+    run = { mode = "inference", batch = 1, seq = 8 } }, vram.share_dir .. "/spec.yaml", registry)
   T.ok(r.config_path:find("examples/configs/gpt_oss_20b.json", 1, true), r.config_path)
   local d = spec.normalize({ model = { config = FIX .. "ckpt_qwen2_tiny" },
-    run = { mode = "inference", batch = 1, seq = 8 } }, vram.share_dir .. "/spec.yaml")
+    run = { mode = "inference", batch = 1, seq = 8 } }, vram.share_dir .. "/spec.yaml", registry)
   T.eq(d.config_path, FIX .. "ckpt_qwen2_tiny/config.json")
 end)
 

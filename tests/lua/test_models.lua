@@ -9,8 +9,14 @@ local function preset(name)
   return vram.json.load(vram.share_dir .. "/examples/configs/" .. name .. ".json")
 end
 
+-- The caller picks the family (models/registry.lua) and hands it to stdlib.
+local function count_cfg(cfg, where, opts)
+  local family, typed = registry.find(cfg, where)
+  return P.count(family, typed, where, opts)
+end
+
 local function count(name, opts)
-  return P.count(preset(name), name .. ".json", opts)
+  return count_cfg(preset(name), name .. ".json", opts)
 end
 
 local function part(r, name)
@@ -80,7 +86,7 @@ T.test("Qwen2-VL-2B matches the Hub count, flat or nested text config", function
     "num_hidden_layers", "num_key_value_heads", "vocab_size" }) do
     nested.text_config[k] = flat[k]
   end
-  T.eq(P.count(nested, "nested").total, 2208985600)
+  T.eq(count_cfg(nested, "nested").total, 2208985600)
 end)
 
 T.test("InternVL2-2B and InternVL3-2B", function()
@@ -92,7 +98,9 @@ T.test("InternVL2-2B and InternVL3-2B", function()
   T.eq(part(r2, "language_model.output"), 92553 * 2048)
   local r3 = count("internvl3_2b")
   T.eq(r3.total, 2088957440) -- InternVL3-2B model.safetensors header
-  T.eq(require("models.internvl").tokens_per_tile(preset("internvl3_2b")), 256)
+  local internvl = require("models.internvl")
+  local m3 = internvl.read(preset("internvl3_2b"), "internvl3_2b.json")
+  T.eq(internvl.image_tokens(m3, { height = 448, width = 448 }).per_tile, 256)
 end)
 
 T.test("InternLM2 alone counts its fused wqkv", function()
@@ -100,7 +108,7 @@ T.test("InternLM2 alone counts its fused wqkv", function()
     num_attention_heads = 16, num_key_value_heads = 8, num_hidden_layers = 24,
     vocab_size = 92544, bias = false }
   -- Hub count of internlm/internlm2_5-1_8b-chat
-  T.eq(P.count(c, "internlm2").total, 1889110016)
+  T.eq(count_cfg(c, "internlm2").total, 1889110016)
 end)
 
 T.test("PaliGemma-3b-mix-224 and its published breakdown", function()
@@ -117,7 +125,7 @@ T.test("SigLIP2-so400m-patch16-512: both towers, and the vision tower alone", fu
   T.eq(r.total, 1136555698)
   T.eq(tower(r, "vision"), 428772800)
   local v = preset("siglip2_so400m_patch16_512").vision_config
-  T.eq(P.count(v, "vision_config").total, 428772800)
+  T.eq(count_cfg(v, "vision_config").total, 428772800)
 end)
 
 T.test("Mistral Small 3.1: Pixtral + projector + Mistral, untied head", function()
@@ -134,7 +142,7 @@ T.test("Yxanul 197M matches seed 004's figures", function()
   T.eq(r.total, 196398464)
   T.eq(part(r, "embed_tokens"), 200005 * 128 + 128 * 768)
   local m = require("models.yxanul")
-  local p = m.params(m.normalize(preset("yxanul_197m"), "yxanul"))
+  local p = m.params(m.read(preset("yxanul_197m"), "yxanul"))
   T.near(p.factorization_saves / 1e6, 127.9, 0.0005)     -- "saves 127.9M params"
   T.near(r.total / 2 ^ 20, 187.3, 0.0003)                -- "Model (FP8): 187.3 MB"
   T.ok(math.abs(2 * r.total / 2 ^ 20 - 374.5) < 0.15)    -- "Model (BF16): 374.5 MB"
@@ -157,26 +165,74 @@ end)
 T.test("the registry picks families by model_type, then architectures", function()
   local c = preset("llama_3_8b")
   c.model_type = nil
-  T.eq(P.count(c, "llama").family, "decoder")
+  T.eq(count_cfg(c, "llama").family, "decoder")
   T.eq(registry.find({ model_type = "mistral3" }).name, "mistral3")
 end)
 
 T.test("unknown model types say how to add a family", function()
-  local msg = T.raises(function() P.count({ model_type = "mamba2" }, "cfg.json") end,
+  local msg = T.raises(function() count_cfg({ model_type = "mamba2" }, "cfg.json") end,
     "cfg.json: model_type: unknown model_type 'mamba2'")
   T.ok(msg and msg:find("add models/<name>.lua and register it in models/registry.lua", 1, true))
   T.ok(msg and msg:find("qwen3_vl", 1, true), "lists the known families")
-  T.raises(function() P.count({ model_type = "qwen3_v" }, "c") end, "did you mean 'qwen3_vl'?")
-  T.raises(function() P.count({}, "c") end, "no model_type or architectures")
+  T.raises(function() count_cfg({ model_type = "qwen3_v" }, "c") end, "did you mean 'qwen3_vl'?")
+  T.raises(function() count_cfg({}, "c") end, "no model_type or architectures")
 end)
 
 T.test("missing or bad fields name the field", function()
-  T.raises(function() P.count({ model_type = "qwen3_vl", text_config = {} }, "c.json") end,
+  T.raises(function() count_cfg({ model_type = "qwen3_vl", text_config = {} }, "c.json") end,
     "c.json: vision_config: is required but missing")
   local bad = preset("qwen3_vl_4b_instruct")
   bad.vision_config.deepstack_visual_indexes = { 5, 99 }
-  T.raises(function() P.count(bad, "c.json") end, "vision_config.deepstack_visual_indexes")
+  T.raises(function() count_cfg(bad, "c.json") end, "vision_config.deepstack_visual_indexes")
   local v = preset("internvl3_2b")
   v.vision_config.norm_type = "batch_norm"
-  T.raises(function() P.count(v, "c.json") end, "vision_config.norm_type")
+  T.raises(function() count_cfg(v, "c.json") end, "vision_config.norm_type")
+end)
+
+T.test("a Qwen2-VL config without embed_dim names the field for params and estimate", function()
+  local bad = preset("qwen2_vl_2b_instruct")
+  bad.vision_config.embed_dim = nil
+  T.raises(function() count_cfg(bad, "c.json") end, "c.json: vision_config.embed_dim: is required")
+  -- the simulator reads the same validated model, never the raw config
+  local fam = registry.find(bad, "c.json")
+  T.raises(function() fam.simulator(fam.read(bad, "c.json"), { count = 1, width = 448,
+    height = 448 }) end, "c.json: vision_config.embed_dim: is required")
+end)
+
+-- The family contract (models/README.md), checked for every registered
+-- family: what each module exports and that it answers for its preset.
+T.test("every registered family keeps the contract", function()
+  local seen = {}
+  for _, f in ipairs(registry.list()) do
+    local mod = f.family
+    T.eq(type(mod.name), "string", f.module .. ".name")
+    T.ok(not seen[mod.name], f.module .. ": family names are unique")
+    seen[mod.name] = true
+    T.eq(type(mod.about), "string", f.module .. ".about")
+    T.eq(type(mod.read), "function", f.module .. ".read")
+    T.eq(type(mod.params), "function", f.module .. ".params")
+    T.ok(mod.simulator == nil or type(mod.simulator) == "function", f.module .. ".simulator")
+    T.ok(mod.image_tokens == nil or type(mod.image_tokens) == "function",
+      f.module .. ".image_tokens")
+    for _, k in ipairs(f.model_types) do
+      T.eq(registry.find({ model_type = k }), mod, k .. " -> " .. f.module)
+    end
+  end
+  for _, p in ipairs(registry.PRESETS) do
+    local cfg = preset(p.name)
+    local fam = registry.find(cfg, p.name)
+    local m = fam.read(cfg, p.name)
+    local r = fam.params(m)
+    T.eq(type(r.parts), "table", p.name .. ": params(m).parts")
+    T.int(r.tied_duplicate, p.name .. ": params(m).tied_duplicate")
+    if fam.simulator then
+      local image = fam.image_tokens and { count = 1, width = 448, height = 448 } or nil
+      local d = fam.simulator(m, image)
+      for _, k in ipairs({ "build", "inputs", "forward_loss", "forward_logits" }) do
+        T.eq(type(d.sim[k]), "function", p.name .. ": simulator(m).sim." .. k)
+      end
+      T.eq(type(d.text), "table", p.name .. ": simulator(m).text")
+      if image then T.ok(fam.image_tokens(m, image).tokens > 0, p.name .. ": image_tokens") end
+    end
+  end
 end)

@@ -5,6 +5,7 @@ local truth = require("stdlib.truth")
 local step = require("stdlib.step")
 local spec = require("stdlib.spec")
 local rl = require("stdlib.rl")
+local registry = require("models.registry")
 
 local root = vram.share_dir
 local cases = vram.json.load(root .. "/tests/truth/cases_public.json")
@@ -20,26 +21,26 @@ local tests = {}
 
 -- Qwen3 p01 (fp32, tied): 5,245,440 parameters; every one gets an fp32 grad.
 function tests.second_micro_batch_peaks_higher_by_exactly_the_parameter_gradients()
-  local run = truth.normalize(case("p01_qwen3_fp32_adamw"))
+  local run = truth.normalize(case("p01_qwen3_fp32_adamw"), nil, registry)
   run.grad_accum = 2
-  local st = step.simulate(require(run.module), run)
+  local st = step.simulate(run.sim, run)
   local grads = 5245440 * 4
   T.near(st.peak, measured.p01_qwen3_fp32_adamw.peak_bytes + grads, 1e-4)
 end
 
 function tests.checkpointing_every_layer_is_the_measured_full_checkpoint_case()
-  local run = truth.normalize(case("p08_qwen3_ckpt_fp32"))
+  local run = truth.normalize(case("p08_qwen3_ckpt_fp32"), nil, registry)
   run.ckpt_every = 1
-  local st = step.simulate(require(run.module), run)
+  local st = step.simulate(run.sim, run)
   T.near(st.peak, measured.p08_qwen3_ckpt_fp32.peak_bytes, 1e-4)
 end
 
 function tests.checkpointing_every_other_layer_lies_between_none_and_all()
-  local run = truth.normalize(case("p08_qwen3_ckpt_fp32"))
+  local run = truth.normalize(case("p08_qwen3_ckpt_fp32"), nil, registry)
   run.ckpt_every = 2
-  local half = step.simulate(require(run.module), run).peak
+  local half = step.simulate(run.sim, run).peak
   run.ckpt = false
-  local none = step.simulate(require(run.module), run).peak
+  local none = step.simulate(run.sim, run).peak
   T.ok(half > measured.p08_qwen3_ckpt_fp32.peak_bytes and half < none,
     ("every 2nd layer: %d, all: %d, none: %d"):format(half,
       measured.p08_qwen3_ckpt_fp32.peak_bytes, none))
@@ -53,7 +54,7 @@ local function small(run_fields, model_over)
   local over = { num_hidden_layers = 2 }
   for k, v in pairs(model_over or {}) do over[k] = v end
   return spec.normalize({ model = { preset = "qwen2_5_1_5b_instruct", overrides = over },
-    run = r }, root .. "/tests/lua/spec.yaml")
+    run = r }, root .. "/tests/lua/spec.yaml", registry)
 end
 
 -- QLoRA: every decoder Linear (7 per layer) stored as nf4: 4 bits per weight
@@ -61,7 +62,7 @@ end
 function tests.qlora_weights_are_nf4_blocks_plus_bf16_embeddings_and_norms()
   local run = small({ precision = { params = "bf16", weights = "nf4" },
     lora = { rank = 8, alpha = 16 } })
-  local st = step.simulate(require(run.module), run)
+  local st = step.simulate(run.sim, run)
   local H, I, V, L, kv = 1536, 8960, 151936, 2, 256
   local function nf4(n) return (n + 1) // 2 + 4 * ((n + 63) // 64) end
   local linear = nf4(H * H) + 2 * nf4(H * kv) + nf4(H * H) + 2 * nf4(H * I) + nf4(I * H)
@@ -73,7 +74,7 @@ end
 
 function tests.adam8bit_states_are_one_byte_per_value_plus_block_absmax()
   local run = small({ optimizer = { name = "adam8bit" } })
-  local st = step.simulate(require(run.module), run)
+  local st = step.simulate(run.sim, run)
   local H, I, V, kv = 1536, 8960, 151936, 256
   local per_layer = { H * H, H, H * kv, kv, H * kv, kv, H * H, H * I, H * I, I * H, H, H }
   local total = 0
@@ -104,7 +105,7 @@ end
 function tests.adafactor_states_are_factored_with_a_bf16_momentum()
   local run = small({ optimizer = { name = "adafactor", state_dtype = "fp32",
     momentum_dtype = "bf16" } })
-  local st = step.simulate(require(run.module), run)
+  local st = step.simulate(run.sim, run)
   local total = 0
   for _, sh in ipairs(small_shapes()) do
     local n = sh[1] * sh[2]
@@ -116,7 +117,7 @@ end
 
 function tests.lion_keeps_one_moment_in_the_state_dtype()
   local run = small({ optimizer = { name = "lion", state_dtype = "bf16" } })
-  local st = step.simulate(require(run.module), run)
+  local st = step.simulate(run.sim, run)
   local total = 0
   for _, sh in ipairs(small_shapes()) do total = total + sh[1] * sh[2] * 2 end
   T.eq(st.at_peak.optimizer_state, total)
@@ -142,7 +143,7 @@ function tests.checkpoint_segments_keep_one_input_per_segment()
   local function fwd(fields)
     local run = small(fields, { num_hidden_layers = 4 })
     run.compose = false
-    local st = step.simulate(require(run.module), run)
+    local st = step.simulate(run.sim, run)
     return st.phase_end.forward_end - st.baseline
   end
   local every = fwd({ grad_checkpointing = "full" })
@@ -153,7 +154,7 @@ end
 
 function tests.cuda_allocator_counts_every_tensor_as_512_byte_blocks()
   local run = small({ framework = "pytorch" })
-  local st = step.simulate(require(run.module), run)
+  local st = step.simulate(run.sim, run)
   T.eq(st.peak % 512, 0)
   T.ok(st.peak_reserved >= st.peak)
 end
@@ -172,8 +173,8 @@ end
 function tests.sdpa_drops_the_quadratic_attention_terms()
   local eager = small({ attention = "eager", seq = 512 })
   local sdpa = small({ attention = "sdpa", seq = 512 })
-  local pe = step.simulate(require(eager.module), eager)
-  local ps = step.simulate(require(sdpa.module), sdpa)
+  local pe = step.simulate(eager.sim, eager)
+  local ps = step.simulate(sdpa.sim, sdpa)
   -- eager keeps an fp32 softmax of B*H*T*T per layer until backward
   local softmax = 2 * 12 * 512 * 512 * 4
   T.ok(pe.peak - ps.peak >= 2 * softmax, ("eager %d sdpa %d"):format(pe.peak, ps.peak))
@@ -184,11 +185,11 @@ end
 function tests.ppo_minibatch_is_a_size_capped_at_the_batch()
   local run = small({ batch = 16, seq = 32, loss = "one_hot" })
   run.rl = { new_tokens = 4, minibatch = 64 }
-  local st = rl.simulate(require(run.module), run)
+  local st = rl.simulate(run.sim, run)
   T.eq(st.minibatch, 16)
   T.eq(st.minibatch_steps, 1)
   run.rl.minibatch = 4
-  st = rl.simulate(require(run.module), run)
+  st = rl.simulate(run.sim, run)
   T.eq(st.minibatch, 4)
   T.eq(st.minibatch_steps, 4)
 end
@@ -200,8 +201,8 @@ function tests.chunked_cross_entropy_removes_the_rows_by_vocab_buffers()
   local plain = small({ seq = 1024, attention = "sdpa" })
   local chunked = small({ seq = 1024, attention = "sdpa",
     loss = { impl = "chunked", chunk_rows = 256 } })
-  local a = step.simulate(require(plain.module), plain)
-  local b = step.simulate(require(chunked.module), chunked)
+  local a = step.simulate(plain.sim, plain)
+  local b = step.simulate(chunked.sim, chunked)
   local rows, V = 2 * 1024, 151936
   T.ok(a.peak - b.peak >= 2 * rows * V * 4, ("plain %d chunked %d"):format(a.peak, b.peak))
   T.ok(b.at_peak.logits_loss < 3 * 256 * V * 4 + rows * 1536 * 2,
@@ -255,9 +256,9 @@ function tests.composed_layers_equal_the_full_simulation()
   for k, v in ipairs(variants) do
     local run = small(v, { num_hidden_layers = 6 })
     run.compose = false
-    local full = step.simulate(require(run.module), run)
+    local full = step.simulate(run.sim, run)
     run.compose = nil
-    local comp = step.simulate(require(run.module), run)
+    local comp = step.simulate(run.sim, run)
     T.eq(comp.peak, full.peak, "variant " .. k .. " peak")
     T.eq(comp.peak_reserved, full.peak_reserved, "variant " .. k .. " reserved")
     T.eq(comp.peak_phase, full.peak_phase, "variant " .. k .. " phase")
@@ -267,14 +268,14 @@ end
 function tests.composed_vision_towers_equal_the_full_simulation()
   for _, id in ipairs({ "p17_vit_fp32_adamw", "p19_vit_mixed_ckpt", "p21_vlm_full_fp32_foreach2",
     "p23_vlm_lora_qkvo_fp32" }) do
-    local run = truth.normalize(case(id))
+    local run = truth.normalize(case(id), nil, registry)
     local deeper = { num_hidden_layers = 6 }
     for k, v in pairs(run.vision) do if k ~= "num_hidden_layers" then deeper[k] = v end end
     run.vision = deeper
     run.compose = false
-    local full = step.simulate(require(run.module), run)
+    local full = step.simulate(run.sim, run)
     run.compose = nil
-    local comp = step.simulate(require(run.module), run)
+    local comp = step.simulate(run.sim, run)
     T.eq(comp.peak, full.peak, id .. " peak")
     T.eq(comp.peak_phase, full.peak_phase, id .. " phase")
   end
@@ -291,7 +292,7 @@ function tests.compiled_estimates_equal_the_simulation_at_any_size()
     small({ lora = { rank = 8 }, grad_accum = 2, loss = "one_hot" }),
     spec.normalize({ model = { preset = "qwen3_vl_4b_instruct", overrides =
       { num_hidden_layers = 4 } }, run = { batch = 1, seq = 8, attention = "sdpa",
-      images = { width = 256, height = 256 } } }, root .. "/tests/lua/spec.yaml"),
+      images = { width = 256, height = 256 } } }, root .. "/tests/lua/spec.yaml", registry),
   }
   for k, run in ipairs(variants) do
     local est = compiled.compile(run)
@@ -338,11 +339,12 @@ function tests.vlm_spec_counts_pixel_inputs_from_the_processor_grid()
   local run = spec.normalize({ model = { preset = "qwen3_vl_4b_instruct" }, run = {
     mode = "inference", batch = 2, seq = 16, framework = "pytorch-cpu",
     images = { count = 2, width = 1024, height = 768, max_pixels = 500000 } } },
-    root .. "/tests/lua/spec.yaml")
-  local vt = require("stdlib.vision_tokens")
-  local t = vt.qwen3_vl(768, 1024, { max_pixels = 500000 })
+    root .. "/tests/lua/spec.yaml", registry)
+  local fam = require("models.qwen3_vl")
+  local t = fam.image_tokens(fam.read(run.hf_config, "qwen3_vl_4b_instruct"),
+    { height = 768, width = 1024, max_pixels = 500000 })
   T.ok(t.resized[1] * t.resized[2] <= 500000, "resized under the cap")
-  local st = step.simulate(require(run.module), run)
+  local st = step.simulate(run.sim, run)
   -- inputs: ids int64 (2 x 16) + pixels fp32 (2 samples x 2 images x 3 x H x W)
   T.eq(st.at_peak.inputs, 2 * 16 * 8 + 2 * 2 * 3 * t.resized[1] * t.resized[2] * 4)
 end

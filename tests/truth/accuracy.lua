@@ -6,6 +6,7 @@
 -- scored by a looser rule.
 local vram = require("vram")
 local truth = require("stdlib.truth")
+local registry = require("models.registry")
 
 local cases_path, results_path = ...
 assert(cases_path and results_path, "usage: accuracy.lua CASES.json RESULTS.json")
@@ -31,10 +32,10 @@ for _, case in ipairs(cases) do
   if not m then
     failed = failed + 1
     print(("FAIL %-44s no measurement"):format(case.id))
-  elseif not truth.supported(case) then
+  elseif not truth.supported(case, registry) then
     skipped[#skipped + 1] = case.id
   else
-    local st = truth.simulate(case)
+    local st = truth.simulate(case, nil, registry)
     local err = (st.peak - m.peak_bytes) / m.peak_bytes
     errs[#errs + 1] = math.abs(err)
     local ok = math.abs(err) <= CASE_MAX
