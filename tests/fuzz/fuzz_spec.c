@@ -24,18 +24,18 @@ static int run_one(lua_State *S) {
   lua_getfield(S, -1, "normalize");
   lua_pushvalue(S, -3);
   lua_pushliteral(S, "fuzz.json");
-  lua_call(S, 2, 1);
+  lua_getglobal(S, "require"); /* the caller hands stdlib the model registry */
+  lua_pushliteral(S, "models.registry");
+  lua_call(S, 1, 1);
+  lua_call(S, 3, 1);
   if (simulate) {
     int run = lua_gettop(S);
     lua_getglobal(S, "require");
     lua_pushliteral(S, "stdlib.step");
     lua_call(S, 1, 1);
-    lua_getfield(S, -1, "simulate");
-    lua_getglobal(S, "require");
-    lua_getfield(S, run, "module");
-    lua_call(S, 1, 1);
+    lua_getfield(S, -1, "run");
     lua_pushvalue(S, run);
-    lua_call(S, 2, 1);
+    lua_call(S, 1, 1);
   }
   return 0;
 }
@@ -47,6 +47,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     simulate = sim && *sim == '1';
     L = fz_sandbox_state(50000000, (int64_t)512 << 20);
     fz_require(L, "stdlib.spec"); /* loads the stdlib once */
+    lua_pop(L, 1);
+    fz_require(L, "models.registry");
     lua_pop(L, 1);
   }
   fz_rearm(L);
