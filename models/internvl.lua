@@ -28,6 +28,7 @@
 local vram = require("vram")
 local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
+local P = require("stdlib.params")
 local vt = require("stdlib.vision_tokens")
 local decoder = require("models.decoder")
 local internlm2 = require("models.internlm2")
@@ -152,8 +153,7 @@ function F.params(m)
   parts[#parts + 1] = { name = m.proj, tower = "projector",
     params = vram.norm_params(Din, "layer")
     + vram.linear_params(Din, H, true) + vram.linear_params(H, H, true) }
-  for _, p in ipairs(text.parts) do parts[#parts + 1] = p end
-  return { parts = parts, tied_duplicate = text.tied_duplicate }
+  return P.followed_by(parts, text)
 end
 
 -- The tiling of the model card's dynamic_preprocess (stdlib/vision_tokens.lua,

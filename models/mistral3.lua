@@ -32,6 +32,7 @@
 local vram = require("vram")
 local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
+local P = require("stdlib.params")
 local vt = require("stdlib.vision_tokens")
 local decoder = require("models.decoder")
 local siq = require("models.siq_vlm")
@@ -96,8 +97,7 @@ function F.params(m)
       + vram.linear_params(H * m.feature_layers, T, m.projector_bias)
       + vram.linear_params(T, T, m.projector_bias) }
   local text = decoder.params(m.text, "language_model.")
-  for _, p in ipairs(text.parts) do parts[#parts + 1] = p end
-  return { parts = parts, tied_duplicate = text.tied_duplicate }
+  return P.followed_by(parts, text)
 end
 
 -- The Pixtral processor's longest edge (Mistral Small 3.1's

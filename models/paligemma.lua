@@ -21,6 +21,7 @@
 -- rows x 2,048 = 131,072 fewer.
 local vram = require("vram")
 local errors = require("stdlib.errors")
+local P = require("stdlib.params")
 local vt = require("stdlib.vision_tokens")
 local siglip = require("models.siglip")
 local gemma = require("models.gemma")
@@ -82,8 +83,7 @@ function F.params(m)
   parts[#parts + 1] = { name = "multi_modal_projector.linear", tower = "projector",
     params = vram.linear_params(m.vision.hidden, m.projection, true) }
   local text = gemma.params(m, "language_model.")
-  for _, p in ipairs(text.parts) do parts[#parts + 1] = p end
-  return { parts = parts, tied_duplicate = text.tied_duplicate }
+  return P.followed_by(parts, text)
 end
 
 -- Every image is resized to image_size x image_size: (image_size //

@@ -75,10 +75,7 @@ local function vision_parts(v)
 end
 
 function F.params(m)
-  local text = decoder.params(m.text, "model.")
-  local parts = vision_parts(m.vision)
-  for _, p in ipairs(text.parts) do parts[#parts + 1] = p end
-  return { parts = parts, tied_duplicate = text.tied_duplicate }
+  return P.followed_by(vision_parts(m.vision), decoder.params(m.text, "model."))
 end
 
 -- Qwen2VLImageProcessor.__init__: size = {"shortest_edge": 56 * 56,
@@ -87,11 +84,17 @@ end
 -- factor patch_size x spatial_merge_size = 28).
 F.PROCESSOR = { min_pixels = 56 * 56, max_pixels = 28 * 28 * 1280 }
 
--- image = {height, width, max_pixels (optional, the processor's setting)}
+-- The Qwen2-VL image processor (Qwen2.5-VL and Qwen3-VL reuse it) for a
+-- tower v = {patch, merge} and the processor's defaults p = {min_pixels,
+-- max_pixels}. image = {height, width, max_pixels (optional)}
+function F.processor_tokens(v, image, p)
+  return vt.dynamic_grid(image.height, image.width, { patch_size = v.patch,
+    merge_size = v.merge, min_pixels = p.min_pixels,
+    max_pixels = image.max_pixels or p.max_pixels })
+end
+
 function F.image_tokens(m, image)
-  return vt.dynamic_grid(image.height, image.width, { patch_size = m.vision.patch,
-    merge_size = m.vision.merge, min_pixels = F.PROCESSOR.min_pixels,
-    max_pixels = image.max_pixels or F.PROCESSOR.max_pixels })
+  return F.processor_tokens(m.vision, image, F.PROCESSOR)
 end
 
 -- Elements of the processor's pixel_values for one image: the patches

@@ -41,8 +41,9 @@
 local vram = require("vram")
 local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
-local vt = require("stdlib.vision_tokens")
+local P = require("stdlib.params")
 local decoder = require("models.decoder")
+local qwen2_vl = require("models.qwen2_vl")
 local siq = require("models.siq_vlm")
 
 local F = { name = "qwen3_vl",
@@ -117,25 +118,20 @@ local function vision_parts(v)
 end
 
 function F.params(m)
-  local text = decoder.params(m.text, "model.language_model.")
-  local parts = vision_parts(m.vision)
-  for _, p in ipairs(text.parts) do parts[#parts + 1] = p end
-  return { parts = parts, tied_duplicate = text.tied_duplicate }
+  return P.followed_by(vision_parts(m.vision), decoder.params(m.text, "model.language_model."))
 end
 
 -- Qwen3-VL's preprocessor_config.json (Qwen/Qwen3-VL-4B-Instruct;
 -- image_processor_type Qwen2VLImageProcessorFast) sets size
 -- {"shortest_edge": 65536, "longest_edge": 16777216}: 256^2 to 4096^2
 -- pixels. With patch 16 and merge 2 one token covers 32 x 32 = 1024
--- pixels, so tokens ~ pixels / 1024 (stdlib/vision_tokens.lua's
--- dynamic_grid).
+-- pixels, so tokens ~ pixels / 1024 (Qwen2-VL's processor,
+-- models/qwen2_vl.lua).
 F.PROCESSOR = { min_pixels = 65536, max_pixels = 16777216 }
 
 -- image = {height, width, max_pixels (optional, the processor's setting)}
 function F.image_tokens(m, image)
-  return vt.dynamic_grid(image.height, image.width, { patch_size = m.vision.patch,
-    merge_size = m.vision.merge, min_pixels = F.PROCESSOR.min_pixels,
-    max_pixels = image.max_pixels or F.PROCESSOR.max_pixels })
+  return qwen2_vl.processor_tokens(m.vision, image, F.PROCESSOR)
 end
 
 -- The DeepStack mergers are simulated as extra projectors (models/siq_vlm.lua).

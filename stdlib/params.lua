@@ -40,6 +40,13 @@ function M.append(parts, more)
   return parts
 end
 
+-- A family's params(m) result from its own parts followed by those of a
+-- counted sub-model (a VLM's language model: {parts, tied_duplicate}).
+function M.followed_by(parts, sub)
+  for _, p in ipairs(sub.parts) do parts[#parts + 1] = p end
+  return { parts = parts, tied_duplicate = sub.tied_duplicate }
+end
+
 -- Totals by tower, in first-seen order: {{tower=, params=}...}
 function M.towers(r)
   local out, at = {}, {}
