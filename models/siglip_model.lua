@@ -41,7 +41,8 @@ local function text_parts(t)
     { name = "text_model.encoder.layers", tower = "text", params = layer * t.layers },
     { name = "text_model.final_layer_norm", tower = "text",
       params = vram.norm_params(H, "layer") },
-    { name = "text_model.head", tower = "text", params = vram.linear_params(H, t.projection, true) },
+    { name = "text_model.head", tower = "text",
+      params = vram.linear_params(H, t.projection, true) },
   }
 end
 

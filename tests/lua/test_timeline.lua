@@ -76,7 +76,8 @@ local function qwen(fields)
     framework = "pytorch", optimizer = { name = "adamw" }, attention = "sdpa" }
   for k, v in pairs(fields or {}) do r[k] = v end
   local run = spec.normalize({ model = { preset = "qwen2_5_1_5b_instruct",
-    overrides = { num_hidden_layers = 4 } }, run = r }, root .. "/tests/lua/spec.yaml")
+    overrides = { num_hidden_layers = 4 } }, run = r }, root .. "/tests/lua/spec.yaml",
+    require("models.registry"))
   run.timeline = true
   return run, step.run(run)
 end
