@@ -11,7 +11,7 @@ local root = vram.share_dir
 
 local function run_of(preset)
   return spec.normalize({ model = { preset = preset }, run = { mode = "inference", batch = 1,
-    seq = 1 } }, root .. "/examples/specs/x.yaml")
+    seq = 1 } }, root .. "/examples/specs/x.yaml", require("models.registry"))
 end
 
 return {
