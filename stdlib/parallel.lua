@@ -218,7 +218,7 @@ end
 -- Model-dependent checks, once the model is known.
 function M.check(L, run, where)
   local function fail(field, what) errors.input(where, "parallel." .. field, what) end
-  if run.module ~= "models.causal_lm" or not run.text then
+  if run.vision or run.vlm or not run.text then -- a text-only decoder on the simulator
     fail("", "per-rank budgets are modelled for decoder-only language models")
   end
   if run.mode ~= "train" or run.rl then fail("", "per-rank budgets are modelled for training steps") end
@@ -739,7 +739,7 @@ end
 -- Simulates one role: a measuring pass for the bytes a micro-batch's
 -- forward holds, then the step with the in-flight ones in place.
 function M.simulate_role(run, L, role)
-  local family = require(run.module)
+  local family = run.sim
   local lrun = M.local_run(run, L, role)
   local held
   if role.inflight > 1 then

@@ -15,7 +15,7 @@ local function normalize(parallel, run_over, model_over, preset)
     optimizer = "adamw", attention = "flash" }
   for k, v in pairs(run_over or {}) do r[k] = v end
   return spec.normalize({ model = { preset = preset or "qwen2_5_1_5b_instruct",
-    overrides = model_over }, run = r, parallel = parallel }, WHERE)
+    overrides = model_over }, run = r, parallel = parallel }, WHERE, require("models.registry"))
 end
 
 -- Model states of the one role of a pp=1 layout.
