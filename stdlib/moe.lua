@@ -47,7 +47,7 @@ function M.tokens_per_expert(rows, top_k, experts, capacity_factor)
 end
 
 -- Parameters of one MoE block in model.parameters() order. o: the block
--- description (decoder.normalize's m.moe); opts as decoder.build's (dt,
+-- description (decoder.read's m.moe); opts as decoder.build's (dt,
 -- trainable, lora, quant). Returns the block's parameter table.
 function M.build(S, o, H, opts)
   local dt, tr, lo = opts.dt, opts.trainable, opts.lora
