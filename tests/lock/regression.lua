@@ -1,5 +1,5 @@
 -- REGRESSION LOCK, not a truth value. tests/lock/estimates.json holds what
--- the code computed at main 2eb0dee (before issue 11's refactor) for every
+-- the code computed at main 1fffd0a (before issue 11's refactor) for every
 -- public truth case, every example spec, a VLM run of every VLM preset and
 -- the parameter count of every preset. This test recomputes them and insists
 -- on byte equality, so a refactor that is meant to change nothing changes
