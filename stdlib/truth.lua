@@ -37,6 +37,9 @@ function M.normalize(case, where, families)
   local r = {
     id = case.id,
     sim = sim,
+    -- measured with PyTorch on CPU: exact bytes, no device context (step.lua,
+    -- report.lua and compiled.lua all read this field)
+    framework = "pytorch-cpu",
     batch = batch,
     seq = seq,
     dtype = dt,

@@ -349,4 +349,14 @@ function tests.vlm_spec_counts_pixel_inputs_from_the_processor_grid()
   T.eq(st.at_peak.inputs, 2 * 16 * 8 + 2 * 2 * 3 * t.resized[1] * t.resized[2] * 4)
 end
 
+-- A measured case is a CPU run: its device total is the tensors' bytes, with
+-- no CUDA context (issue 11: `estimate` on a truth case added 500 MiB).
+function tests.a_truth_case_is_a_cpu_run_without_a_device_context()
+  local run = truth.normalize(case("p05_qwen3_attn_dominant_T1024"), nil, registry)
+  T.eq(run.framework, "pytorch-cpu")
+  local b = require("stdlib.report").budget(step.run(run), run)
+  T.eq(b.device_total_bytes, b.reserved_bytes)
+  T.eq(b.reserved_bytes, b.peak_bytes) -- CPU: no block rounding either
+end
+
 return tests
