@@ -96,8 +96,13 @@ function F.forward_loss(S, P, run)
     return add_aux(S, P, run, l, r.router_logits)
   end
   local lg, kept = logits(S, P, run, "logits_loss")
-  local l = loss.causal_lm(S, lg, run.batch * run.seq, P.m.vocab, run.batch, run.seq, run.loss)
-  S:drop(lg)
+  local l
+  if run.loss == "hf_legacy" then -- takes over lg
+    l = loss.causal_lm_legacy(S, lg, run.batch, run.seq, P.m.vocab)
+  else
+    l = loss.causal_lm(S, lg, run.batch * run.seq, P.m.vocab, run.batch, run.seq, run.loss)
+    S:drop(lg)
+  end
   S.cat = "activations"
   return add_aux(S, P, run, l, kept)
 end

@@ -46,6 +46,28 @@ function L.causal_lm(S, logits, rows, vocab, batch, seq, impl)
   return loss
 end
 
+-- transformers 4.36-4.44 (LlamaForCausalLM.forward and its copies):
+-- logits = logits.float() in the model's forward (the model-dtype logits go
+-- at once), shift_logits = logits[..., :-1, :].contiguous() (an fp32 copy of
+-- B x (T-1) x V; its backward, SliceBackward, a zero-filled full-size fp32
+-- gradient), CrossEntropyLoss. Takes over the caller's `logits`.
+function L.causal_lm_legacy(S, logits, batch, seq, vocab)
+  local lf = S:to(logits, "fp32", "loss.logits_float")
+  S:drop(logits)
+  local n = batch * (seq - 1)
+  local shift = S:new_tensor(n * vocab, "fp32", "loss.shift_logits", S:rg(lf))
+  S:node("loss.shift_logits", {}, { { lf, lf.b } }, { shift })
+  local labels = S:new_tensor(n, "int64", "loss.shift_labels", false)
+  local logp = S:new_tensor(shift.n, "fp32", "loss.log_softmax", S:rg(shift))
+  S:node("loss.log_softmax", { logp }, { { shift, logp.b } }, { logp })
+  S:drop(shift)
+  local loss = S:new_tensor(1, "fp32", "loss.nll", S:rg(logp))
+  local total_weight = S:new_tensor(1, "fp32", "loss.total_weight", false)
+  S:node("loss.nll", { logp, labels, total_weight }, { { logp, logp.b } }, { loss })
+  S:drop(logp, total_weight, labels, lf)
+  return loss
+end
+
 -- Chunked cross entropy over the LM head (Apple's CCE, chunked-loss
 -- kernels): `chunk` rows at a time the head's logits, their fp32
 -- log-softmax and gradient exist, never the whole rows x V; backward

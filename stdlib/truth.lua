@@ -48,7 +48,8 @@ function M.normalize(case, where, families)
     mode = (opt ~= "none" and "train") or (gen > 0 and "generate") or "inference",
     generate_tokens = gen,
     ckpt = run.grad_ckpt and true or false,
-    loss = run.loss_variant == "one_hot" and "one_hot" or "cross_entropy",
+    loss = ({ one_hot = "one_hot", legacy_shift = "hf_legacy" })[run.loss_variant]
+      or "cross_entropy",
     frozen = run.frozen or {},
     optimizer = {
       name = opt,

@@ -46,11 +46,15 @@ CASES = [
 ]
 
 
-def main():
-    out = [{"id": i, "family": "decoder", "config": c, "run": r} for i, c, r in CASES]
-    with open(os.path.join(HERE, "..", "cases_qlora.json"), "w") as f:
+def write(name, cases):
+    out = [{"id": i, "family": "decoder", "config": c, "run": r} for i, c, r in cases]
+    with open(os.path.join(HERE, "..", name), "w") as f:
         json.dump(out, f, indent=1)
         f.write("\n")
+
+
+def main():
+    write("cases_qlora.json", CASES)
 
 
 if __name__ == "__main__":

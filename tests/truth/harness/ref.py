@@ -416,13 +416,19 @@ class Decoder(nn.Module):
 
 
 def lm_loss(logits, labels, V, variant="ce"):
-    """ForCausalLMLoss (mean); 'one_hot' is the naive -(logp * one_hot).sum(-1) form."""
+    """ForCausalLMLoss (mean); 'one_hot' is the naive -(logp * one_hot).sum(-1) form;
+    'legacy_shift' transformers 4.36-4.44's shift in forward (the caller cast the logits)."""
+    if variant == "legacy_shift":
+        shift_logits = logits[..., :-1, :].contiguous().view(-1, V)
+        shift_labels = labels[..., 1:].contiguous().view(-1)
+        return F.cross_entropy(shift_logits, shift_labels)
     logits = logits.float()
     labels = F.pad(labels, (0, 1), value=IGNORE)  # the padded labels stay bound, as in HF
     shift = labels[..., 1:].contiguous().view(-1)
     logits = logits.view(-1, V)
     if variant == "ce":
         return F.cross_entropy(logits, shift, ignore_index=IGNORE, reduction="mean")
+
     ok = shift != IGNORE
     safe = shift.masked_fill(~ok, 0)
     logp = F.log_softmax(logits, dim=-1)
@@ -448,6 +454,8 @@ class CausalLM(nn.Module):
             logits = logits / cap
             logits = torch.tanh(logits)
             logits = logits * cap
+        if variant == "legacy_shift" and labels is not None:  # logits.float() in forward
+            logits = logits.float()
         loss = lm_loss(logits, labels, self.cfg["vocab_size"], variant) if labels is not None else None
         return loss, logits
 
