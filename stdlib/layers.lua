@@ -34,6 +34,7 @@ local mixed = L.mixed_dtype_temp
 -- temporary; peft's LoRA over it clones the base output and casts the
 -- adapter output before the add (peft/tuners/lora/bnb.py Linear4bit).
 local BNB4 = { nf4 = true, nf4_dq = true }
+L.BNB4 = BNB4
 function L.new_linear(S, inn, out, bias, dt, trainable, label, lora, quant)
   local lin = { inn = inn, out = out, label = label }
   local packed = quant and not quant.master

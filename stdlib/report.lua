@@ -34,6 +34,14 @@ function R.budget(st, run, gpu_name)
   local fw = R.FRAMEWORK[run.framework or "pytorch"] or R.FRAMEWORK.pytorch
   b.framework = run.framework or "pytorch"
   b.assumptions = { fw.note }
+  local q = run.quant
+  if q and not q.master and require("stdlib.layers").BNB4[q.store] then
+    b.assumptions[#b.assumptions + 1] = ("bitsandbytes 4-bit (%s): every decoder projection "
+      .. "is a Linear4bit computing in %s, dequantized per matmul in forward and backward; "
+      .. "lm_head, embeddings and norms stay %s (transformers' default; no "
+      .. "prepare_model_for_kbit_training fp32 casts)"):format(q.store, q.compute,
+      run.param_dtype or q.compute)
+  end
   -- three peaks: tensors allocated, allocator reserved, device total
   b.reserved_bytes = st.peak_reserved
   if st.peak_reserved ~= st.peak then

@@ -79,4 +79,14 @@ function tests.fused_projections_take_adapters()
   T.eq(trainable(tiny_run({ rank = 8 })), L * 8 * ((H + H) + 2 * (H + KV) + (H + H)))
 end
 
+-- A QLoRA estimate says what it assumes of bitsandbytes (the head unquantized)
+function tests.qlora_budget_names_the_bitsandbytes_assumptions()
+  local run = tiny_run({ rank = 8 })
+  run.quant = { store = "nf4", compute = "bf16" }
+  local b = require("stdlib.report").budget(step.simulate(run.sim, run), run)
+  local said = table.concat(b.assumptions, "\n")
+  T.ok(said:find("lm_head, embeddings and norms stay bf16", 1, true), said)
+  T.ok(said:find("Linear4bit computing in bf16", 1, true), said)
+end
+
 return tests
