@@ -127,12 +127,12 @@ function F.forward_loss(S, P, run)
   end
   local n = L.rmsnorm(S, x, P.norm, rows, "norm")
   S:drop(x, mask)
-  S.cat = "logits_loss"
+  S:set_category("logits_loss")
   local logits = L.linear(S, n, P.head, rows)
   S:drop(n)
   local l = loss.causal_lm(S, logits, rows, C.vocab, B, T, run.loss)
   S:drop(logits)
-  S.cat = "activations"
+  S:set_category("activations")
   return l
 end
 

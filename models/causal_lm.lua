@@ -64,7 +64,7 @@ local function logits(S, P, run, cat)
   local emb = decoder.embed(S, P, run.batch * run.seq)
   local h = decoder.forward(S, P, emb, run)
   S:drop(emb)
-  S.cat = cat
+  S:set_category(cat)
   local lg = decoder.logits(S, P, h, run)
   S:drop(h)
   return lg, run.router_logits
@@ -89,10 +89,10 @@ function F.forward_loss(S, P, run)
     local emb = decoder.embed(S, P, run.batch * run.seq)
     local h = decoder.forward(S, P, emb, r)
     S:drop(emb)
-    S.cat = "logits_loss"
+    S:set_category("logits_loss")
     local l = loss.chunked(S, h, P.head.w, run.batch * run.seq, P.m.vocab, run.loss_chunk)
     S:drop(h)
-    S.cat = "activations"
+    S:set_category("activations")
     return add_aux(S, P, run, l, r.router_logits)
   end
   local lg, kept = logits(S, P, run, "logits_loss")
@@ -103,7 +103,7 @@ function F.forward_loss(S, P, run)
     l = loss.causal_lm(S, lg, run.batch * run.seq, P.m.vocab, run.batch, run.seq, run.loss)
     S:drop(lg)
   end
-  S.cat = "activations"
+  S:set_category("activations")
   return add_aux(S, P, run, l, kept)
 end
 

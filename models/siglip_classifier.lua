@@ -50,14 +50,14 @@ local function logits(S, P, run)
 end
 
 function F.forward_loss(S, P, run)
-  S.cat = "activations"
+  S:set_category("activations")
   local lg = logits(S, P, run)
-  S.cat = "logits_loss"
+  S:set_category("logits_loss")
   local lf = S:to(lg, "fp32", "loss.logits_float")
   S:drop(lg)
   local l = loss.classification(S, lf, run.batch)
   S:drop(lf)
-  S.cat = "activations"
+  S:set_category("activations")
   return l
 end
 

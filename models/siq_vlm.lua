@@ -158,14 +158,14 @@ function F.forward_loss(S, P, run)
   local r = setmetatable({ seq = seq }, { __index = run })
   local h = decoder.forward(S, P.lm, emb, r)
   S:drop(emb)
-  S.cat = "logits_loss"
+  S:set_category("logits_loss")
   local logits = decoder.logits(S, P.lm, h, r)
   S:drop(h)
   local l = loss.causal_lm(S, logits, B * seq, P.lm.m.vocab, B, seq, run.loss)
   S:drop(logits, labels)
   for _, x in ipairs(P.side or {}) do S:drop(x) end
   P.side = nil
-  S.cat = "activations"
+  S:set_category("activations")
   return l
 end
 

@@ -92,9 +92,9 @@ function matmul(S, x, w, b, rows, out_features, label)
   if S.autocast then
     local xc, wc = S:autocast_arg(x, label .. ".cast_input"), S:autocast_arg(w)
     local bc = b and S:autocast_arg(b)
-    S.autocast, S.cast_off = nil, S.autocast
+    local ac = S:autocast_pause() -- the operands are cast already
     local out = matmul(S, xc, wc, bc, rows, out_features, label)
-    S.autocast, S.cast_off = S.cast_off, nil
+    S:autocast_resume(ac)
     S:drop(xc, wc, bc)
     return out
   end
@@ -235,9 +235,9 @@ end
 function L.layernorm(S, x, w, b, rows, label)
   if S.autocast and x.dt ~= FP32 then -- layer_norm is on autocast's fp32 list
     local x32 = S:to(x, FP32, label .. ".autocast_fp32")
-    S.autocast, S.cast_off = nil, S.autocast
+    local ac = S:autocast_pause()
     local out = L.layernorm(S, x32, w, b, rows, label)
-    S.autocast, S.cast_off = S.cast_off, nil
+    S:autocast_resume(ac)
     S:drop(x32)
     return out
   end

@@ -381,22 +381,12 @@ local function pass(family, run, L, role, held, mid)
   local tape = S.tape
   local scheme = L.fsdp and L.fsdp ~= "no_shard" and "fsdp" or
     (L.zero > 0 and ("zero" .. L.zero) or "ddp")
-  local params = {}
-  local orig = S.param
-  local on_tape = scheme == "ddp" or scheme == "zero1"
-  S.param = function(self, n, dt, trainable, label, cat, bytes)
-    local p
-    if on_tape then
-      p = orig(self, n, dt, trainable, label, cat, bytes)
-    else -- states allocated below, partitioned; the handle carries no bytes
-      p = { id = tape:param(0, cat or "weights", label), n = n, dt = dt, b = 0,
-            rg = trainable and true or false, param = true }
-    end
-    params[#params + 1] = p
-    return p
-  end
+  local params = S.params
+  -- sharded schemes: states allocated below, partitioned; the handles
+  -- carry no bytes
+  S:set_param_storage(scheme == "ddp" or scheme == "zero1")
   local P = family.build(S, run, step.policies(run))
-  S.param = nil
+  S:set_param_storage(true)
   -- expert parameters (EP): ZeRO partitions them over the dp/ep ranks that
   -- hold the same experts
   for _, l in ipairs(P.layers or {}) do

@@ -43,7 +43,7 @@ end
 function M.simulate(family, run)
   local rl = run.rl or {}
   local S = step.new_sim(run)
-  local params = step.recording(S)
+  local params = S.params
   local pol, check = step.policies(run)
   local P = family.build(S, run, pol)
   check()
@@ -58,7 +58,6 @@ function M.simulate(family, run)
   end
   local critic = rl.value and family.build_critic(S, run, step.policies(run))
   trainable = step.trainable(S, params)
-  S.param = nil
   optim.init_state(S, trainable, run.optimizer)
   local inputs = family.inputs(S, run, P)
   local tape = S.tape

@@ -18,7 +18,24 @@ function Sim.new(opts)
     grad = true,        -- torch.is_grad_enabled()
     cat = "activations",
     round = opts.round,
+    params = {},        -- every parameter created, in model.parameters() order
+    params_on_tape = true,
   }, Sim)
+end
+
+-- Parameters created from now on hold their bytes on the tape (true) or
+-- hold none there (false: a sharded layout allocates their states itself,
+-- stdlib/parallel.lua). They are listed in S.params either way.
+function Sim:set_param_storage(on_tape)
+  self.params_on_tape = on_tape and true or false
+end
+
+-- The category ops allocate into from now on ("activations",
+-- "logits_loss", ...); returns the previous one.
+function Sim:set_category(cat)
+  local prev = self.cat
+  self.cat = cat
+  return prev
 end
 
 -- A request of b bytes as the allocator hands it out (the tape's rounding,
@@ -45,9 +62,11 @@ end
 -- bytes: what the parameter holds when it is not n elements of dt (a
 -- quantized checkpoint's weight with its scales, stdlib/quant.lua).
 function Sim:param(n, dt, trainable, label, cat, bytes)
-  local b = bytes or self:bytes(dt, n)
-  return { id = self.tape:param(b, cat or "weights", label), n = n, dt = dt, b = b,
-           rg = trainable and true or false, param = true }
+  local b = self.params_on_tape and (bytes or self:bytes(dt, n)) or 0
+  local p = { id = self.tape:param(b, cat or "weights", label), n = n, dt = dt, b = b,
+              rg = trainable and true or false, param = true }
+  self.params[#self.params + 1] = p
+  return p
 end
 
 -- A view: same storage, one more reference, optionally another element count.
@@ -137,6 +156,19 @@ end
 
 function Sim:autocast_enter(dt)
   self.autocast, self.cast_cache = dt, {}
+end
+
+-- Autocast off for one op whose operands are already cast (or that runs in
+-- fp32 under autocast), keeping its weight cache: returns what
+-- autocast_resume restores.
+function Sim:autocast_pause()
+  local ac = self.autocast
+  self.autocast = nil
+  return ac
+end
+
+function Sim:autocast_resume(ac)
+  self.autocast = ac
 end
 
 -- Leaving autocast clears the weight cache.

@@ -87,19 +87,6 @@ local function trainable_params(S, all)
 end
 M.trainable = trainable_params
 
--- Wraps Sim:param so the step sees every parameter in creation order
--- (model.parameters() order, tied weights once).
-local function recording(S)
-  local list = {}
-  local orig = S.param
-  S.param = function(self, ...)
-    local p = orig(self, ...)
-    list[#list + 1] = p
-    return p
-  end
-  return list
-end
-M.recording = recording
 
 -- family: a table with build(S, run, pol) -> model and
 -- forward_loss / forward_logits / generate functions.
@@ -146,11 +133,10 @@ end
 
 function M.simulate(family, run)
   local S = M.new_sim(run)
-  local all = recording(S)
+  local all = S.params -- every parameter, in creation order (tied weights once)
   local pol, check = policies(run)
   local model = family.build(S, run, pol)
   check()
-  S.param = nil
   local train = run.mode == "train"
   local trainable = trainable_params(S, all)
   if train then optim.init_state(S, trainable, run.optimizer) end
