@@ -3,7 +3,7 @@
 -- simulated device total does not fit.
 local M = {}
 
-local GiB = 1 << 30
+local GiB = require("vram").units.GiB
 
 -- Rules in order; each returns a reason when it refuses. `force` lifts the
 -- ones marked overridable, never the CPU rule.

@@ -1,6 +1,6 @@
 -- GPU catalog: memory as nvidia-smi reports the total (MiB = 2^20 bytes).
 -- Names are lower-case; aliases point at the canonical entry.
-local MiB = 1 << 20
+local MiB = require("vram").units.MiB
 local G = {
   ["h100-80gb"] = { name = "NVIDIA H100 80GB HBM3", bytes = 81559 * MiB, kind = "cuda" },
   ["h200"] = { name = "NVIDIA H200", bytes = 143771 * MiB, kind = "cuda" },

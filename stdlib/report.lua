@@ -78,7 +78,7 @@ function R.text(b, title)
   add(("%-16s %16s %11s %6s  %s"):format("component", "bytes", "GiB", "share", ""))
   for _, it in ipairs(b.breakdown) do
     local f = it.bytes / b.peak_bytes
-    add(("%-16s %16d %11.3f %5.1f%%  %s"):format(it.category, it.bytes, it.bytes / (1 << 30),
+    add(("%-16s %16d %11.3f %5.1f%%  %s"):format(it.category, it.bytes, vram.to(it.bytes, "GiB"),
       f * 100, bar(f, 24)))
   end
   add(("allocator reserved: %s; device total (with framework overhead): %s"):format(
@@ -100,7 +100,7 @@ function R.markdown(b, title)
   out[#out + 1] = "|---|---:|---:|---:|"
   for _, it in ipairs(b.breakdown) do
     out[#out + 1] = ("| %s | %d | %.3f | %.1f%% |"):format(it.category, it.bytes,
-      it.bytes / (1 << 30), it.bytes / b.peak_bytes * 100)
+      vram.to(it.bytes, "GiB"), it.bytes / b.peak_bytes * 100)
   end
   return table.concat(out, "\n")
 end
@@ -108,9 +108,9 @@ end
 function R.csv(b)
   local out = { "component,bytes,gib" }
   for _, it in ipairs(b.breakdown) do
-    out[#out + 1] = ("%s,%d,%.6f"):format(it.category, it.bytes, it.bytes / (1 << 30))
+    out[#out + 1] = ("%s,%d,%.6f"):format(it.category, it.bytes, vram.to(it.bytes, "GiB"))
   end
-  out[#out + 1] = ("peak,%d,%.6f"):format(b.peak_bytes, b.peak_bytes / (1 << 30))
+  out[#out + 1] = ("peak,%d,%.6f"):format(b.peak_bytes, vram.to(b.peak_bytes, "GiB"))
   return table.concat(out, "\n")
 end
 

@@ -28,7 +28,7 @@ if not run then return end
 local need, st = fit.need(run)
 local weights = st.at_peak.weights + st.at_peak.master_weights
 local ok, findings = doctor.check(gpu, weights, need, force)
-print(("%s on %s: needs %.2f GiB"):format(path, gpu.name, need / (1 << 30)))
+print(("%s on %s: needs %.2f GiB"):format(path, gpu.name, require("vram").to(need, "GiB")))
 for _, f in ipairs(findings) do
   print(("  %s %s: %s"):format((force and f.overridable) and "overridden" or "REFUSED", f.id,
     f.reason))
