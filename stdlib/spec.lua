@@ -42,6 +42,8 @@ local function dirname(p) return p:match("^(.*)/[^/]*$") or "." end
 -- Finds a config named in a spec: relative to the spec, then the share dir.
 function M.resolve(path, spec_dir, spec_file, families)
   local tries = { path:sub(1, 1) == "/" and path or spec_dir .. "/" .. path }
+  -- a built-in command may read what a spec named on its command line names
+  if vram.allow_named and spec_file then pcall(vram.allow_named, tries[1], spec_file) end
   if path:sub(1, 1) ~= "/" then
     for _, root in ipairs(vram.search_roots or { vram.share_dir }) do
       tries[#tries + 1] = root .. "/" .. path

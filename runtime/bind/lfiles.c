@@ -94,6 +94,41 @@ int vb_files_allow_tree(lua_State *L, const char *dir) { return allow(L, dir, "t
 
 int vb_files_allow_file(lua_State *L, const char *path) { return allow(L, path, "files", 0); }
 
+/* vram.allow_named(path, from): the built-in commands read the user's data,
+ * and a file the user names inside a file given on the command line (a spec's
+ * model.config) is the user's own too. `from` must be a file named on the
+ * command line; then `path` may be read, and so may its folder (a checkpoint's
+ * safetensors headers lie beside its config.json), or the folder it names.
+ * The host registers this for built-in commands only (sandbox.c). */
+int vb_allow_named(lua_State *L) {
+  const char *path = luaL_checkstring(L, 1);
+  const char *from = luaL_checkstring(L, 2);
+  char res[PATH_MAX];
+  int ok = 0;
+  if (!resolve(from, res) && lua_getfield(L, LUA_REGISTRYINDEX, RULE_KEY) == LUA_TTABLE &&
+      lua_getfield(L, -1, "files") == LUA_TTABLE)
+    ok = lua_getfield(L, -1, res) != LUA_TNIL;
+  lua_settop(L, 2);
+  if (!ok) return luaL_argerror(L, 2, "not a file named on the command line");
+  struct stat st;
+  if (stat(path, &st) != 0) return 0; /* the loader says "cannot open" */
+  if (S_ISDIR(st.st_mode)) {
+    allow(L, path, "trees", 1);
+    return 0;
+  }
+  allow(L, path, "files", 0);
+  size_t n = strlen(path);
+  if (n >= PATH_MAX) return 0;
+  char dir[PATH_MAX];
+  memcpy(dir, path, n + 1);
+  char *slash = strrchr(dir, '/');
+  if (!slash) return 0; /* a bare name: beside the working directory */
+  if (slash == dir) slash[1] = '\0';
+  else *slash = '\0';
+  allow(L, dir, "trees", 1);
+  return 0;
+}
+
 void vb_check_read(lua_State *L, const char *path) {
   luaL_checkstack(L, 4, "checking a path");
   if (lua_getfield(L, LUA_REGISTRYINDEX, RULE_KEY) != LUA_TTABLE) {

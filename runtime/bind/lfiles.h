@@ -25,6 +25,9 @@ int vb_files_allow_tree(lua_State *L, const char *dir);
 int vb_files_allow_file(lua_State *L, const char *path);
 /* Whether a rule is in force in this state. */
 int vb_files_restricted(lua_State *L);
+/* vram.allow_named(path, from): a built-in command's grant to read what a
+ * file named on its command line names (lfiles.c). */
+int vb_allow_named(lua_State *L);
 /* vram.write_file may write this path, as typed (lwrite.c). */
 void vb_files_allow_write(lua_State *L, const char *path);
 

@@ -4,9 +4,14 @@
  * built-in command (scripts/cli/ of the share directory), compared as
  * typed. A state without a sandbox rule (--trust, the tests) may write any
  * path. */
+#define _POSIX_C_SOURCE 200809L /* open flags, fdopen */
+
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "bind.h"
 #include "lfiles.h"
@@ -47,9 +52,20 @@ static int l_write_file(lua_State *L) {
                     path);
     return lua_error(L);
   }
-  FILE *f = fopen(path, "wb");
+  /* only a regular file is written: O_NONBLOCK keeps a FIFO from waiting
+   * for a reader, and it is refused before anything is truncated */
+  int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0666);
+  struct stat st;
+  const char *why = NULL;
+  if (fd < 0) why = strerror(errno);
+  else if (fstat(fd, &st) != 0) why = strerror(errno);
+  else if (!S_ISREG(st.st_mode)) why = "not a regular file (a FIFO, device or socket)";
+  else if (ftruncate(fd, 0) != 0) why = strerror(errno);
+  FILE *f = why ? NULL : fdopen(fd, "wb");
   if (!f) {
-    lua_pushfstring(L, "%s: cannot write: %s", path, strerror(errno));
+    if (!why) why = strerror(errno);
+    if (fd >= 0) close(fd);
+    lua_pushfstring(L, "%s: cannot write: %s", path, why);
     return lua_error(L);
   }
   size_t w = fwrite(text, 1, n, f);

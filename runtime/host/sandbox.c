@@ -512,7 +512,7 @@ static void hf_hub_cache(char *out, size_t n) {
 }
 
 /* The read rule of the sandbox (lfiles.h). */
-static void restrict_reads(lua_State *L, const vh_limits *lim) {
+static bool restrict_reads(lua_State *L, const vh_limits *lim) {
   vb_files_restrict(L);
   if (lim->script_dir[0]) vb_files_allow_tree(L, lim->script_dir);
   for (int i = 0; i < lim->search->nroots; i++) vb_files_allow_tree(L, lim->search->roots[i]);
@@ -532,18 +532,24 @@ static void restrict_reads(lua_State *L, const vh_limits *lim) {
   }
   for (int i = 1; lim->argv && i < lim->argc; i++)
     if (lim->argv[i]) allow_arg(L, lim->argv[i], builtin);
+  return builtin;
 }
 
 void vh_sandbox_open(lua_State *L, vh_limits *lim) {
   lua_pushlightuserdata(L, lim);
   lua_setfield(L, LUA_REGISTRYINDEX, LIMITS_KEY);
+  bool builtin = false;
   if (lim->trusted) {
     luaL_openlibs(L);
   } else {
     open_sandboxed(L);
-    restrict_reads(L, lim);
+    builtin = restrict_reads(L, lim);
   }
   luaL_requiref(L, "vram", luaopen_vram, 1);
+  if (builtin) { /* what a spec on the command line names (lfiles.c) */
+    lua_pushcfunction(L, vb_allow_named);
+    lua_setfield(L, -2, "allow_named");
+  }
   lua_pushstring(L, lim->search->share);
   lua_setfield(L, -2, "share_dir");
   lua_createtable(L, lim->search->nroots, 0); /* VRAMLUA_PATH, then the share dir */

@@ -162,10 +162,20 @@ t "params of a file that is no checkpoint" 1 "not a safetensors file" \
 mkdir -p "$D/abs/m" "$D/abs/s"
 printf '{"model_type": "mixtral", "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "num_local_experts": 4, "num_experts_per_tok": 2}' >"$D/abs/m/config.json"
 printf 'model: { config: %s/abs/m/config.json }\nrun: { batch: 1, seq: 16 }\n' "$D" >"$D/abs/s/spec.yaml"
-# (read because the built-in commands may read the working directory, $D;
-# from elsewhere the sandbox still refuses it: NOTE-families-to-sandbox.md)
 t "a spec names its config by absolute path, cwd above it" 0 "peak (tensors allocated)" \
   '"$V" estimate "$D/abs/s/spec.yaml"'
+# from a working directory that holds neither: the spec named on the command
+# line makes what it names the user's own (vram.allow_named)
+mkdir -p "$D/elsewhere"
+t "a spec names its config by absolute path, cwd elsewhere" 0 "peak (tensors allocated)" \
+  'cd elsewhere && "$V" estimate "$D/abs/s/spec.yaml"'
+printf 'model: { config: ../m }\nrun: { batch: 1, seq: 16 }\n' >"$D/abs/s/up.yaml"
+t "a spec names a config folder above it"  0 "peak (tensors allocated)" \
+  'cd elsewhere && "$V" estimate "$D/abs/s/up.yaml"'
+t "a script cannot grant itself reads"     0 "nil" \
+  'printf "print(vram.allow_named)" >"$D/grant.lua" && "$V" run "$D/grant.lua"'
+t "--html onto a FIFO is refused, no hang" 1 "cannot write" \
+  'mkfifo "$D/out.fifo" && "$V" estimate "$D/abs/s/spec.yaml" --html "$D/out.fifo"'
 t "models lists the presets"             0 "qwen2_5_7b_instruct" '"$V" models'
 t "estimate --json has peak_bytes"       0 '"peak_bytes"' '"$V" estimate "$D/spec.yaml" --json'
 t "estimate on an unknown GPU"           1 "unknown GPU" '"$V" estimate "$D/spec.yaml" --gpu nope'
