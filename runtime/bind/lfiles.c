@@ -97,8 +97,9 @@ int vb_files_allow_file(lua_State *L, const char *path) { return allow(L, path, 
 /* vram.allow_named(path, from): the built-in commands read the user's data,
  * and a file the user names inside a file given on the command line (a spec's
  * model.config) is the user's own too. `from` must be a file named on the
- * command line; then `path` may be read, and so may its folder (a checkpoint's
- * safetensors headers lie beside its config.json), or the folder it names.
+ * command line; then `path`, if it is a .json file, may be read, and so may
+ * its folder (a checkpoint's safetensors headers lie beside its config.json),
+ * or the folder it names.
  * The host registers this for built-in commands only (sandbox.c). */
 int vb_allow_named(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
@@ -116,9 +117,11 @@ int vb_allow_named(lua_State *L) {
     allow(L, path, "trees", 1);
     return 0;
   }
-  allow(L, path, "files", 0);
+  /* a model config is JSON: a shared spec cannot point the tool at any
+   * other kind of file (/etc/passwd stays outside the sandbox) */
   size_t n = strlen(path);
-  if (n >= PATH_MAX) return 0;
+  if (n < 5 || strcmp(path + n - 5, ".json") != 0 || n >= PATH_MAX) return 0;
+  allow(L, path, "files", 0);
   char dir[PATH_MAX];
   memcpy(dir, path, n + 1);
   char *slash = strrchr(dir, '/');
