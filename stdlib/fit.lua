@@ -63,68 +63,128 @@ function M.largest(run, knob, budget, limit)
   return lo, need_lo, need_hi
 end
 
--- Knob combinations, cheapest first; each with what it costs.
+-- The levers, each with what it costs. applies(run) says whether the knob
+-- changes the run at all (sdpa when the run already uses sdpa does not);
+-- whether it saves memory is measured, never assumed.
+local function trains(r) return r.mode == "train" end
+local function adam_like(r)
+  return r.optimizer.name == "adam" or r.optimizer.name == "adamw"
+end
 M.MENU = {
-  { name = "as given", cost = 0, edit = function() end },
-  { name = "sdpa attention", cost = 0, note = "no cost: same math, no T^2 buffers",
+  { name = "sdpa attention", cost = 0, note = "same math, no T^2 attention buffers",
+    applies = function(r) return r.attention == "eager" end,
     edit = function(r) r.attention = "sdpa" end },
-  { name = "gradient checkpointing", cost = 2, note = "~33% more compute (one extra forward)",
-    edit = function(r) r.ckpt = true end },
+  { name = "chunked cross-entropy (1024 rows)", cost = 0,
+    note = "logits and their fp32 log-softmax one chunk at a time (CCE, chunked-loss kernels)",
+    applies = function(r) return trains(r) and r.loss ~= "chunked" end,
+    edit = function(r) r.loss = "chunked"; r.loss_chunk = 1024 end },
+  { name = "gradient checkpointing (every layer)", cost = 2,
+    refines = "gradient checkpointing (every 2nd layer)",
+    note = "~33% more compute (one extra forward)",
+    applies = function(r) return trains(r) and not (r.ckpt and not r.ckpt_every
+      and not r.ckpt_segment) end,
+    edit = function(r) r.ckpt = true; r.ckpt_every = nil; r.ckpt_segment = nil end },
+  { name = "gradient checkpointing (every 2nd layer)", cost = 1,
+    note = "~17% more compute (half the layers recomputed)",
+    applies = function(r) return trains(r) and not r.ckpt end,
+    edit = function(r) r.ckpt = true; r.ckpt_every = 2; r.ckpt_segment = nil end },
   { name = "bf16 optimizer states", cost = 1, note = "small quality risk on long runs",
+    applies = function(r) return adam_like(r)
+      and (r.optimizer.state_dtype or r.param_dtype) ~= "bf16" end,
     edit = function(r) r.optimizer.state_dtype = "bf16" end },
   { name = "8-bit AdamW", cost = 1, note = "bitsandbytes block-wise states; near-lossless",
+    applies = adam_like,
     edit = function(r) r.optimizer.name = "adam8bit"; r.optimizer.state_dtype = nil end },
   { name = "Adafactor (no momentum)", cost = 2, note = "factored second moment; tuning needed",
+    applies = function(r) return trains(r) and r.optimizer.name ~= "adafactor"
+      and r.optimizer.name ~= "none" and r.optimizer.name ~= "sgd" end,
     edit = function(r) r.optimizer.name = "adafactor"; r.optimizer.state_dtype = "fp32" end },
-  { name = "LoRA r=16", cost = 3, note = "adapters only: lower capacity than full fine-tuning",
+  { name = "LoRA r=16 (q,k,v,o)", cost = 3, note = "adapters only: less capacity than full fine-tuning",
+    applies = function(r) return trains(r) and not r.lora end,
+    edit = function(r) r.lora = step.default_lora(16, 32) end },
+  { name = "QLoRA r=16 (q,k,v,o) on nf4 weights", cost = 4, refines = "LoRA r=16 (q,k,v,o)",
+    note = "adapters over 4-bit frozen weights: dequantized per matmul, slower",
+    applies = function(r) return trains(r) and not r.lora and not r.quant end,
     edit = function(r)
       r.lora = step.default_lora(16, 32)
+      r.quant = { store = "nf4", compute = r.dtype }
     end },
   { name = "half the batch, twice the accumulation", cost = 1,
     note = "same effective batch, ~same compute, more steps",
-    edit = function(r)
-      if r.batch > 1 then r.batch = r.batch // 2; r.grad_accum = (r.grad_accum or 1) * 2 end
-    end },
+    applies = function(r) return trains(r) and r.batch > 1 end,
+    edit = function(r) r.batch = r.batch // 2; r.grad_accum = (r.grad_accum or 1) * 2 end },
 }
 
--- Every combination of up to `depth` menu items; those that fit, sorted by
--- total cost then by memory.
+-- A lever must save at least this share of what the run needs without it:
+-- below 1 % a budget cannot tell it from nothing.
+M.MIN_SAVING = 0.01
+
+-- Combinations of up to `depth` levers that apply to the run and fit the
+-- budget, cheapest first. Every lever in a combination must save memory
+-- in it (need with it at least MIN_SAVING below need without it, both
+-- simulated), and a costlier
+-- variant (`refines`: QLoRA over LoRA, every layer over every 2nd) must
+-- save more than the variant it refines, so a knob that changes nothing is
+-- never listed. Each entry: knobs, cost, need, saving (against the run as
+-- given), notes, at_peak. Without `depth`, 3, or 2 when one simulation of
+-- the run takes over 40 ms (returned as the third value's depth).
 function M.knobs(run, budget, depth)
-  depth = depth or 3
+  local items, index = {}, {}
+  for _, m in ipairs(M.MENU) do
+    if m.applies(run) then items[#items + 1] = m; index[m.name] = #items end
+  end
+  local memo = {}
+  local function need_of(mask)
+    if not memo[mask] then
+      local r = copy(run)
+      for k, m in ipairs(items) do if mask & (1 << (k - 1)) ~= 0 then m.edit(r) end end
+      local need, st = M.need(r)
+      memo[mask] = { need = need, st = st }
+    end
+    return memo[mask].need, memo[mask].st
+  end
+  local t0 = os.clock()
+  local base = need_of(0)
+  depth = depth or (os.clock() - t0 > 0.04 and 2 or 3)
   local out = {}
-  local n = #M.MENU
-  local function try(chosen)
-    local r = copy(run)
+  local function consider(mask)
+    local need, st = need_of(mask)
+    if need > budget then return end
     local names, notes, cost = {}, {}, 0
-    for _, i in ipairs(chosen) do
-      local m = M.MENU[i]
-      m.edit(r)
-      names[#names + 1] = m.name
-      if m.note then notes[#notes + 1] = m.note end
-      cost = cost + m.cost
+    for k, m in ipairs(items) do
+      if mask & (1 << (k - 1)) ~= 0 then
+        local bit = 1 << (k - 1)
+        local without = need_of(mask & ~bit)
+        if without - need < without * M.MIN_SAVING then return end -- k saves (next to) nothing
+        local plain = m.refines and index[m.refines]
+        if plain then -- the simpler variant in its place must need more
+          local pbit = 1 << (plain - 1)
+          local simpler = mask & pbit == 0 and need_of((mask & ~bit) | pbit)
+          if not simpler or simpler - need < simpler * M.MIN_SAVING then return end
+        end
+        names[#names + 1] = m.name
+        notes[#notes + 1] = m.note
+        cost = cost + m.cost
+      end
     end
-    local need = M.need(r)
-    if need <= budget then
-      out[#out + 1] = { knobs = table.concat(names, " + "), cost = cost, need = need,
-        notes = table.concat(notes, "; ") }
-    end
+    out[#out + 1] = { knobs = #names > 0 and table.concat(names, " + ") or "as given",
+      cost = cost, need = need, saving = base - need, notes = table.concat(notes, "; "),
+      at_peak = st.at_peak }
   end
-  local function rec(start, chosen)
-    if #chosen > 0 then try(chosen) end
-    if #chosen == depth then return end
-    for i = start, n do
-      chosen[#chosen + 1] = i
-      rec(i + 1, chosen)
-      chosen[#chosen] = nil
-    end
+  local function rec(start, mask, n)
+    if n > 0 then consider(mask) end
+    if n == depth then return end
+    for k = start, #items do rec(k + 1, mask | (1 << (k - 1)), n + 1) end
   end
-  try({ 1 })
-  rec(2, {})
+  consider(0)
+  rec(1, 0, 0)
   table.sort(out, function(a, b)
+    if (a.knobs == "as given") ~= (b.knobs == "as given") then return a.knobs == "as given" end
     if a.cost ~= b.cost then return a.cost < b.cost end
-    return a.need < b.need
+    if a.need ~= b.need then return a.need < b.need end
+    return a.knobs < b.knobs
   end)
-  return out
+  return out, base, items, depth, memo[0].st.at_peak
 end
 
 return M

@@ -71,14 +71,21 @@ local PART_FILL = { recompute = "#fde2c8" }
 -- Event index -> x. Each phase gets its share of the events but at least
 -- MIN_PART of the width, so that a short forward (composed layers are one
 -- event each) stays visible and named; within a phase the scale is linear.
-M.MIN_PART = 0.1
-function M.xscale(tl, x0, x1)
+M.MIN_PART = 0.12
+-- The step's phases, each one contiguous stretch (recomputation inside
+-- backward stays backward here).
+local function phases_of(tl)
   local phases = {}
   for _, s in ipairs(tl.spans) do
     local p = phases[#phases]
     if p and p.phase == s.phase then p.last = s.last
     else phases[#phases + 1] = { phase = s.phase, first = s.first, last = s.last } end
   end
+  return phases
+end
+
+function M.xscale(tl, x0, x1)
+  local phases = phases_of(tl)
   local n, total = tl.events, 0
   for _, p in ipairs(phases) do
     p.w = math.max((p.last - p.first + 1) / n, M.MIN_PART)
@@ -111,22 +118,26 @@ function M.timeline_svg(tl, w, h)
   local function Y(b) return y1 - (top > 0 and b / top or 0) * (y1 - y0) end
   local out = { ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
     .. 'viewBox="0 0 %d %d" role="img" aria-label="memory timeline">'):format(w, h, w, h) }
-  -- the step's parts as shaded bands, named where there is room
-  local shade = 0
-  for _, p in ipairs(timeline.parts(tl)) do
+  -- the phases as alternating bands, named where there is room, and the
+  -- recomputations inside backward over them
+  for k, p in ipairs(phases_of(tl)) do
     local a, b = X(p.first), X(p.last)
-    local fill = PART_FILL[p.name]
-    if not fill then shade = 1 - shade; fill = shade == 1 and "#f4f6fa" or "#ffffff" end
     out[#out + 1] = ('<rect class="part" data-part="%s" x="%.1f" y="%d" width="%.1f" '
-      .. 'height="%d" fill="%s"><title>%s</title></rect>'):format(esc(p.name), a, y0,
-      math.max(b - a, 0.5), y1 - y0, fill, esc(p.name))
-    if p.name ~= "recompute" then
-      out[#out + 1] = ('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#c8cdd8"/>'):format(
-        a, a, y0 - 4, y1)
+      .. 'height="%d" fill="%s"><title>%s</title></rect>'):format(esc(p.phase), a, y0,
+      math.max(b - a, 0.5), y1 - y0, k % 2 == 1 and "#f4f6fa" or "#ffffff", esc(p.phase))
+    out[#out + 1] = ('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#c8cdd8"/>'):format(
+      a, a, y0 - 4, y1)
+    if b - a >= 6 * #p.phase then
+      out[#out + 1] = ('<text x="%.1f" y="%d" text-anchor="middle" font-size="11">%s</text>'):format(
+        (a + b) / 2, y0 - 8, esc(p.phase))
     end
-    if b - a >= 7 * #p.name and p.name ~= "recompute" then
-      out[#out + 1] = ('<text x="%.1f" y="%d" text-anchor="middle">%s</text>'):format(
-        (a + b) / 2, y0 - 8, esc(p.name))
+  end
+  for _, p in ipairs(timeline.parts(tl)) do
+    if p.name == "recompute" then
+      local a, b = X(p.first), X(p.last)
+      out[#out + 1] = ('<rect class="part" data-part="recompute" x="%.1f" y="%d" width="%.1f" '
+        .. 'height="%d" fill="%s"><title>recompute</title></rect>'):format(a, y0,
+        math.max(b - a, 0.5), y1 - y0, PART_FILL.recompute)
     end
   end
   yaxis(out, top, x0, x1, y0, y1)
@@ -253,16 +264,18 @@ function M.bars(title, items, budget, what, gpu_name)
   local top = budget or 0
   for _, it in ipairs(items) do top = math.max(top, it.bytes) end
   if top == 0 then top = 1 end
-  local row, lw, w = 26, 330, 1000
-  local x0, x1 = lw, w - 120
+  local row, w = 40, 1000
+  local x0, x1 = 20, w - 120
   local h = row * #items + 70
   local svg = { ('<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
     .. 'viewBox="0 0 %d %d" role="img" aria-label="%s">'):format(w, h, w, h, esc(what)) }
   local function X(b) return x0 + b / top * (x1 - x0) end
+  local bh = row - 22 -- the label above, the bar below it
   for k, it in ipairs(items) do
     local y = 20 + (k - 1) * row
-    svg[#svg + 1] = ('<text x="%d" y="%d" text-anchor="end">%s</text>'):format(x0 - 8, y + 15,
+    svg[#svg + 1] = ('<g class="cfg"><text x="%d" y="%d">%s</text>'):format(x0, y + 12,
       esc(it.label))
+    y = y + 16
     if it.by then
       local at = 0
       for _, cat in ipairs(report.ORDER) do
@@ -270,21 +283,21 @@ function M.bars(title, items, budget, what, gpu_name)
         if v > 0 then
           svg[#svg + 1] = ('<rect class="bar" x="%.1f" y="%d" width="%.1f" height="%d" '
             .. 'fill="%s"><title>%s %s</title></rect>'):format(X(at), y, X(at + v) - X(at),
-            row - 6, M.COLORS[cat] or "#888", cat, gib(v))
+            bh, M.COLORS[cat] or "#888", cat, gib(v))
           at = at + v
         end
       end
       if it.bytes > at then -- what the breakdown does not hold (reserved, context)
         svg[#svg + 1] = ('<rect class="bar" x="%.1f" y="%d" width="%.1f" height="%d" '
           .. 'fill="#e0e0e0"><title>allocator rounding and framework overhead</title></rect>')
-          :format(X(at), y, X(it.bytes) - X(at), row - 6)
+          :format(X(at), y, X(it.bytes) - X(at), bh)
       end
     else
       svg[#svg + 1] = ('<rect class="bar" x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>')
-        :format(x0, y, X(it.bytes) - x0, row - 6,
+        :format(x0, y, X(it.bytes) - x0, bh,
           (budget and it.bytes > budget) and "#c62828" or "#4477aa")
     end
-    svg[#svg + 1] = ('<text x="%.1f" y="%d">%s</text>'):format(X(it.bytes) + 6, y + 15,
+    svg[#svg + 1] = ('<text x="%.1f" y="%d">%s</text></g>'):format(X(it.bytes) + 6, y + bh - 4,
       gib(it.bytes))
   end
   local yb = 20 + #items * row
@@ -297,7 +310,9 @@ function M.bars(title, items, budget, what, gpu_name)
   svg[#svg + 1] = ('<text x="%d" y="%d">%s</text></svg>'):format(x0, yb + 36, esc(what))
   out[#out + 1] = table.concat(svg, "\n")
   local seen, leg = {}, {}
-  for _, it in ipairs(items) do for cat in pairs(it.by or {}) do seen[cat] = true end end
+  for _, it in ipairs(items) do
+    for cat, v in pairs(it.by or {}) do if v > 0 then seen[cat] = true end end
+  end
   for _, cat in ipairs(report.ORDER) do
     if seen[cat] then
       leg[#leg + 1] = ('<span><span class="sw" style="background:%s"></span>%s</span>')
@@ -305,6 +320,8 @@ function M.bars(title, items, budget, what, gpu_name)
     end
   end
   if #leg > 0 then
+    leg[#leg + 1] = '<span><span class="sw" style="background:#e0e0e0"></span>allocator rounding '
+      .. "and framework context</span>"
     out[#out + 1] = '<p class="legend">' .. table.concat(leg, " &nbsp; ") .. "</p>"
   end
   out[#out + 1] = "<table id=\"configurations\"><tr><th>configuration</th>"

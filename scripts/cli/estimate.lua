@@ -1,14 +1,16 @@
 -- vramlua estimate SPEC [--json|--markdown|--csv] [--gpu NAME] [--case ID] [--html FILE]
 -- peak memory of a run spec (YAML/JSON), another tool's config or a truth case
+local vram = require("vram")
 local errors = require("stdlib.errors")
 local spec = require("stdlib.spec")
 local step = require("stdlib.step")
 local report = require("stdlib.report")
 local formats = require("stdlib.formats")
 
-local HELP = [[
+local HELP = [==[
 usage: vramlua estimate SPEC [--json|--markdown|--csv] [--gpu NAME] [--case ID]
                         [--html FILE]
+                        [--observed SIZE [--observed-kind allocated|reserved|nvidia-smi]]
        vramlua estimate FILE [--format NAME] [--model CONFIG.json] [--gpus N]
                              [--seq N] [--batch N] [--explain]
 
@@ -18,14 +20,20 @@ SPEC is a run spec (YAML or JSON, see README) or a measured truth case
 phase and op where it happens, the fit on --gpu, and the step's memory
 timeline as a sparkline. --html FILE also writes one self-contained page:
 the timeline stacked by category with the peak annotated, and the breakdown.
-]] .. formats.HELP .. [[
+--observed SIZE (80GB, 74.5GiB, bytes) reconciles a figure you measured with
+the estimate of the same kind (--observed-kind, default nvidia-smi): the
+likeliest causes of the difference, each sized by the simulator with one
+knob of the spec flipped.
+]==] .. formats.HELP .. [[
 
 A vLLM config prints what vLLM reports at start-up on --gpu: weights per
 rank, activation profile, CUDA graphs, KV cache tokens and concurrency.]]
 
 local defaults, metavar = formats.options({ help = false, json = false,
-  markdown = false, csv = false, gpu = "", case = "", html = "", seq = 0, batch = 0 },
-  { gpu = "a NAME", case = "an ID", html = "a FILE", seq = "a length", batch = "a size" })
+  markdown = false, csv = false, gpu = "", case = "", html = "", seq = 0, batch = 0,
+  observed = "", observed_kind = "" },
+  { gpu = "a NAME", case = "an ID", html = "a FILE", seq = "a length", batch = "a size",
+    observed = "a SIZE", observed_kind = "a KIND" })
 local a = require("stdlib.args").parse({ ... }, defaults,
   { positional = 1, noun = "SPEC", metavar = metavar })
 if a.help then print(HELP) return end
@@ -33,6 +41,9 @@ local path, gpu, case_id = a[1], a.gpu, a.case
 local fmt = (a.json and "json") or (a.markdown and "markdown") or (a.csv and "csv") or nil
 if not path then errors.usage("estimate needs a SPEC file") end
 if gpu then require("stdlib.gpus").get(gpu, nil, "--gpu") end
+if a.observed_kind and not a.observed then errors.usage("--observed-kind needs --observed SIZE") end
+local observed = require("stdlib.observed")
+local seen = a.observed and observed.parse_size(a.observed)
 
 -- another tool's config is translated (stdlib/formats.lua); a run spec is
 -- read as it stands
@@ -58,15 +69,16 @@ if tr then
   -- notes first, so that no warning is lost in any output format
   if fmt == "csv" then print((formats.notes(tr):gsub("[^\n]+", "# %0")))
   elseif fmt ~= "json" then print(formats.notes(tr)) end
-elseif type(doc) == "table" and doc[1] ~= nil then
-  if not case_id then errors.usage(path .. " holds several cases: pick one with --case ID") end
-  local found
-  for _, c in ipairs(doc) do if c.id == case_id then found = c end end
-  doc = found or errors.input(path, "--case", "no case with id '" .. case_id .. "'")
-elseif case_id and doc.id ~= case_id then
-  errors.input(path, "--case", "the file holds case '" .. tostring(doc.id) .. "'")
+else
+  doc = require("stdlib.inputs").pick_case(doc, path, case_id, "--case")
 end
 run = run or spec.normalize(doc, path, require("models.registry"))
+-- the reconciliation flips knobs of the run spec as written, one device's
+if seen and run.parallel then
+  errors.usage("--observed compares one device's run; this spec is split over ranks (parallel:)")
+end
+local rec = seen and observed.reconcile({ doc = not tr and doc or nil, path = path,
+  observed = seen, kind = a.observed_kind, gpu = gpu, families = require("models.registry") })
 run.timeline = fmt == nil or fmt == "markdown" or a.html ~= nil -- drawn, not in JSON/CSV
 local b, st
 if run.parallel then -- per-rank budgets; the top level is the largest rank's
@@ -76,6 +88,7 @@ else
   b = report.budget(st, run, gpu)
 end
 if tr then b.translation = formats.json_notes(tr) end
+if rec and fmt == "json" then b.observed = observed.data(rec) end
 if sv then
   -- vLLM colocated with training (TRL use_vllm, vllm_mode colocate)
   b.colocated_vllm = { reserved_bytes = sv.figures.requested_bytes, figures = sv.figures,
@@ -86,11 +99,19 @@ if sv then
   end
 end
 if fmt == "json" then print(report.json(b))
-elseif fmt == "markdown" then print(report.markdown(b, path))
+elseif fmt == "markdown" then
+  -- the spec as written; a case picked from a list, as JSON
+  local text = (not tr and doc.id and case_id) and vram.json.encode(doc, true)
+    or vram.text.load(path)
+  print(require("stdlib.markdown").estimate({ budget = b, title = path,
+    timeline_lines = st and st.timeline and require("stdlib.timeline").text(st.timeline),
+    observed_lines = rec and observed.text(rec), spec_text = text,
+    spec_lang = path:match("%.ya?ml$") and "yaml" or "json" }))
 elseif fmt == "csv" then print(report.csv(b))
 else
   print(run.parallel and require("stdlib.parallel").text(b, path) or report.text(b, path))
   if st and st.timeline then print(table.concat(require("stdlib.timeline").text(st.timeline), "\n")) end
+  if rec then print(table.concat(observed.text(rec), "\n")) end
   if sv then
     print("colocated vLLM (reserved beside training; the fit above subtracts it):")
     print(serving.text(sv))

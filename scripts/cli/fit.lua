@@ -7,14 +7,19 @@ local fit = require("stdlib.fit")
 
 local HELP = [[
 usage: vramlua fit SPEC --gpu NAME --vary batch|seq|lora_rank [--margin 5%] [--max N]
-       vramlua fit SPEC --gpu NAME --knobs
+       vramlua fit SPEC --gpu NAME --knobs [--html FILE]
        vramlua fit SPEC --gpu NAME --gpus N [--margin 5%]
 
 --vary: the largest value of the knob whose device total (allocator reserved
 plus framework overhead) fits the GPU less the margin, found by searching the
 simulator; prints the need at that value and at the next one.
---knobs: combinations of checkpointing, attention, optimizer, LoRA and
-micro-batching that fit, cheapest first, each with its cost.
+--knobs: combinations of up to three levers (attention kernel, chunked
+cross-entropy, checkpointing policies, optimizer states, LoRA, QLoRA,
+micro-batching) that fit, cheapest first, each with its cost and the memory
+it saves; every saving is simulated, and a lever that saves nothing in a
+combination is never listed. --html FILE also writes one bar per
+combination.
+
 --gpus N (without --vary or --knobs): the layouts of N GPUs (dp x tp x pp x cp
 x ep, with DDP, ZeRO 1-3 or FSDP over the data-parallel ranks) whose every
 rank fits, least communication per rank first; the spec's own parallel:
@@ -22,8 +27,8 @@ table is replaced. With --vary or --knobs, a parallel: run is searched with
 its largest rank.]]
 
 local defaults, metavar = require("stdlib.formats").options({ help = false, gpu = "",
-  vary = "", knobs = false, max = "", margin = "", seq = 0, batch = 0 },
-  { gpu = "a NAME", vary = "a KNOB", margin = "a percentage" })
+  vary = "", knobs = false, max = "", margin = "", seq = 0, batch = 0, html = "" },
+  { gpu = "a NAME", vary = "a KNOB", margin = "a percentage", html = "a FILE" })
 local a = require("stdlib.args").parse({ ... }, defaults,
   { positional = 1, noun = "SPEC", metavar = metavar })
 if a.help then print(HELP .. "\n\n" .. require("stdlib.formats").HELP) return end
@@ -83,11 +88,33 @@ elseif knob then
       vram.fmt(need_next, "GiB"), need_next))
   end
 else
-  local list = fit.knobs(run, budget)
-  if #list == 0 then print("no combination of the listed knobs fits") end
+  local list, base, levers, depth, base_at_peak = fit.knobs(run, budget)
+  local names = {}
+  for _, m in ipairs(levers) do names[#names + 1] = m.name end
+  print(("as given: needs %s; levers that change this run: %s"):format(vram.fmt(base, "GiB"),
+    #names > 0 and table.concat(names, ", ") or "none"))
+  print(("combinations of up to %d levers, each simulated%s"):format(depth,
+    depth < 3 and " (2 because one simulation of this run is slow)" or ""))
+  if #list == 0 then print("no combination of these levers fits") end
+  print(("%3s %-56s %11s %11s %4s  %s"):format("", "knobs", "needs", "saves", "cost", "what it costs"))
   for k, e in ipairs(list) do
-    if k > 12 then break end
-    print(("%2d. %-60s %10s  cost %d  %s"):format(k, e.knobs, vram.fmt(e.need, "GiB"), e.cost,
-      e.notes))
+    if k > 12 then print(("... and %d more that fit"):format(#list - 12)) break end
+    print(("%2d. %-56s %11s %11s %4d  %s"):format(k, e.knobs, vram.fmt(e.need, "GiB"),
+      vram.fmt(e.saving, "GiB"), e.cost, e.notes))
+  end
+  if a.html then
+    local bars = {}
+    if base > budget then -- as given does not fit: drawn first, over the line
+      bars[1] = { label = "as given (does not fit)", bytes = base, by = base_at_peak }
+    end
+    for k, e in ipairs(list) do
+      if k > 12 then break end -- the ones printed
+      bars[#bars + 1] = { label = e.knobs, bytes = e.need, by = e.at_peak }
+    end
+    local html = require("stdlib.html")
+    html.write(a.html, html.bars(path .. ": knobs that fit " .. gpu.name, bars, budget,
+      "device total (tensors at the peak by category; grey: allocator rounding and context)",
+      gpu.name .. " budget"))
+    print("html: wrote " .. a.html)
   end
 end

@@ -10,28 +10,29 @@ local args = require("stdlib.args").parse({ ... }, { rows = 8, seq = 96 })
 local GiB, GB = 1 << 30, 1e9
 local here = vram.share_dir .. "/scripts/recipes/nvfp4_fullparam.lua"
 
--- One row per launch; `flags` says what differs from the command in the seed.
-local function scenario(name, flags, precision, optimizer, ckpt_chunk)
-  return { name = name, flags = flags, spec = {
-    model = { preset = "qwen3_4b_instruct_2507" },
-    run = { mode = "train", batch = args.rows, seq = args.seq, framework = "torchsharp",
-      attention = "sdpa", precision = precision, optimizer = optimizer,
-      checkpoint_segment = ckpt_chunk } } }
+-- One row per launch; `flags` says what differs from the command in the
+-- seed. The launch as run and the run the theory assumed are the example
+-- specs (`vramlua diff` and `estimate --observed` read the same files); the
+-- other rows edit one of them.
+local function scenario(name, flags, file, edit)
+  local doc = vram.yaml.load(vram.share_dir .. "/examples/specs/" .. file)
+  doc.run.batch, doc.run.seq = args.rows, args.seq
+  if edit then edit(doc.run) end
+  return { name = name, flags = flags, spec = doc }
 end
 
-local fp32_master = { params = "fp32", compute = "bf16", forward_weights = "nvfp4" }
-local bf16_master = { params = "bf16", forward_weights = "nvfp4" }
+local LAUNCHED, THEORY = "qwen3_4b_nvfp4_as_launched.yaml", "qwen3_4b_nvfp4_theory.yaml"
 local rows = {
-  scenario("as launched (no flags), fp32 master", "(none)", fp32_master,
-    { name = "adam", state_dtype = "fp32" }),
-  scenario("as launched, if the master is bf16", "(none)", bf16_master,
-    { name = "adam" }),
-  scenario("+ bf16 master, packed int8 optimizer states",
-    "master bf16, int8 states", bf16_master, { name = "adam", state_dtype = "int8" }),
-  scenario("+ --grad-ckpt-chunk 8 (all the seed's flags)", "all", bf16_master,
-    { name = "adam", state_dtype = "int8" }, 8),
-  scenario("all flags, NVFP4 optimizer states", "all, nvfp4 states", bf16_master,
-    { name = "adam", state_dtype = "nvfp4" }, 8),
+  scenario("as launched (no flags), fp32 master", "(none)", LAUNCHED),
+  scenario("as launched, if the master is bf16", "(none)", LAUNCHED, function(r)
+    r.precision = { params = "bf16", forward_weights = "nvfp4" }
+    r.optimizer = { name = "adam" }
+  end),
+  scenario("+ bf16 master, packed int8 optimizer states", "master bf16, int8 states", THEORY,
+    function(r) r.checkpoint_segment = nil end),
+  scenario("+ --grad-ckpt-chunk 8 (all the seed's flags)", "all", THEORY),
+  scenario("all flags, NVFP4 optimizer states", "all, nvfp4 states", THEORY,
+    function(r) r.optimizer.state_dtype = "nvfp4" end),
 }
 
 print(("Qwen3-4B-Instruct-2507, %d rows x %d tokens, TorchSharp (libtorch CUDA allocator)")
@@ -85,3 +86,6 @@ print("  parameter (the embedding, 151936 x 2560) on top of all gradients.")
 print("- what remains between the first row's device total and an observed 80 GB is outside the")
 print("  tensors: allocator fragmentation (not modelled), the load-time overlap above if the raw")
 print("  map outlives loading, and the CUDA context.")
+print()
+print("Each of those causes sized by the simulator, and the combinations closest to 80 GB:")
+print("  vramlua estimate examples/specs/qwen3_4b_nvfp4_theory.yaml --observed 80GB --observed-kind nvidia-smi")

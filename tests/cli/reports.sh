@@ -52,5 +52,146 @@ t "--html into a missing directory is a clean input error" 1 "--html: $D/no/such
 t "--html keeps --json parseable" 0 '"peak_bytes"' \
   '"$V" estimate small.yaml --json --html j.html > j.json && [ -s j.html ] && ! grep -q "html:" j.json && cat j.json'
 
+# ---------------------------------------------------------------- diff
+TH="$S/examples/specs/qwen3_4b_nvfp4_theory.yaml"
+AL="$S/examples/specs/qwen3_4b_nvfp4_as_launched.yaml"
+export TH AL
+# a Lua checker reads JSON with the tool's own loader (no python needed)
+cat >"$D/check_diff.lua" <<'LUA'
+-- arg: diff.json estimate_a.json estimate_b.json
+local d = vram.json.load(arg[1])
+local ea, eb = vram.json.load(arg[2]), vram.json.load(arg[3])
+local bad = 0
+for _, r in ipairs(d.components) do
+  if r.b - r.a ~= r.delta then bad = bad + 1; print("delta wrong: " .. r.what) end
+end
+local p = d.components[1]
+if p.what ~= "peak (tensors allocated)" or p.a ~= ea.peak_bytes or p.b ~= eb.peak_bytes then
+  bad = bad + 1; print("peak row differs from estimate --json")
+end
+if d.peak.a.phase ~= ea.peak_phase or d.peak.b.phase ~= eb.peak_phase then
+  bad = bad + 1; print("peak phase differs from estimate")
+end
+print(bad == 0 and "diff json ok" or "diff json BAD")
+LUA
+# the two seed specs differ in exactly what their YAML differs in: fp32
+# params (compute stays bf16), fp32 optimizer states, no checkpoint segments
+t "diff names the knobs the seed's flags set" 0 "knobs ok" \
+  '"$V" diff "$TH" "$AL" > d.txt || exit 1
+   grep -q "^knobs that differ (4):" d.txt || exit 2
+   grep -qE "^  param_dtype +bf16 -> fp32$" d.txt || exit 3
+   grep -qE "^  optimizer.state_dtype +int8 -> fp32$" d.txt || exit 4
+   grep -qE "^  ckpt +true -> false$" d.txt || exit 5
+   grep -qE "^  ckpt_segment +8 -> \(unset\)$" d.txt || exit 6
+   grep -qE "^peak of A: [a-z_]+( at .+)?$" d.txt && grep -qE "^peak of B: " d.txt || exit 7
+   echo knobs ok'
+t "diff --json: every change is B - A, and the peaks are estimate's" 0 "diff json ok" \
+  '"$V" diff "$TH" "$AL" --json > d.json && "$V" estimate "$TH" --json > a.json &&
+   "$V" estimate "$AL" --json > b.json && "$V" run check_diff.lua d.json a.json b.json'
+t "diff of a spec with itself changes nothing" 0 "same ok" \
+  '"$V" diff "$TH" "$TH" > s.txt || exit 1
+   grep -q "^knobs that differ (0):" s.txt || exit 2
+   rows=$(grep -cE "^(peak \(|  [a-z_]+ |allocator|device|phase peak)" s.txt)
+   zero=$(grep -cE " 0  \[0 B\]$" s.txt)
+   [ "$rows" -ge 8 ] && [ "$rows" -eq "$zero" ] || exit 3
+   echo same ok'
+t "diff needs two inputs" 2 "diff needs two inputs" '"$V" diff "$TH"'
+
+# ---------------------------------------------------------------- observed
+cat >"$D/check_observed.lua" <<'LUA'
+-- arg: estimate_with_observed.json params.json flipped_estimate.json base_estimate.json
+local e, p = vram.json.load(arg[1]), vram.json.load(arg[2])
+local flipped, base = vram.json.load(arg[3]), vram.json.load(arg[4])
+local o, bad = e.observed, 0
+local by = {}
+for _, c in ipairs(o.causes) do by[c.id] = c end
+local function check(ok, what) if not ok then bad = bad + 1; print("FAILED: " .. what) end end
+check(o.observed_bytes == 80 * 1000000000, "80GB is 80e9 bytes")
+check(o.estimate_bytes == e.device_total_bytes, "nvidia-smi compares with the device total")
+check(o.difference_bytes == o.observed_bytes - o.estimate_bytes, "difference")
+-- the raw checkpoint map: every parameter once, in bf16 (config torch_dtype)
+check(by.load_time_copy and by.load_time_copy.bytes == 2 * p.total, "load-time copy = 2 B x params")
+-- fp32 masters = the spec written with fp32 params, estimated on its own
+check(by.fp32_masters and by.fp32_masters.bytes ==
+  flipped.device_total_bytes - base.device_total_bytes, "fp32 masters = a separate estimate")
+-- ranked largest first; a flip that adds nothing is named apart, never ranked
+for k = 2, #o.causes do check(o.causes[k - 1].bytes >= o.causes[k].bytes, "ranking") end
+for _, c in ipairs(o.causes) do check(c.bytes > 0, c.id .. " ranked with no increase") end
+for _, c in ipairs(o.no_effect) do check(c.bytes <= 0, c.id .. " set apart but adds") end
+-- the peak of the spec is in the optimizer step, after the activations are
+-- freed: dropping its checkpointing cannot raise the device total
+local noc
+for _, c in ipairs(o.no_effect) do if c.id == "no_checkpointing" then noc = c end end
+if e.peak_phase == "optimizer" then
+  check(noc and noc.bytes == 0, "checkpointing at an optimizer peak")
+end
+-- seed 002's own explanation: stock Adam's default states over fp32
+-- masters; the closest combination holds both and leaves a remainder
+-- (fragmentation) that is not negative
+local best = o.closest_combinations[1]
+local ids = {}
+for _, r in ipairs(best and best.causes or {}) do ids[o.causes[r].id] = true end
+check(ids.fp32_masters and ids.optimizer_defaults, "closest combination names the seed's causes")
+check(best and best.remainder_bytes >= 0 and best.bytes + best.remainder_bytes == o.observed_bytes,
+  "remainder")
+print(bad == 0 and "observed json ok" or "observed json BAD")
+LUA
+sed -e 's/precision: { params: bf16, forward_weights: nvfp4 }/precision: { params: fp32, compute: bf16, forward_weights: nvfp4 }/' \
+  "$TH" >"$D/theory_fp32.yaml"
+t "--observed sizes each cause with the simulator (seed 002)" 0 "observed json ok" \
+  '"$V" estimate "$TH" --observed 80GB --observed-kind nvidia-smi --json > o.json &&
+   "$V" params qwen3_4b_instruct_2507 --json > p.json &&
+   "$V" estimate theory_fp32.yaml --json > f.json && "$V" estimate "$TH" --json > t.json &&
+   "$V" run check_observed.lua o.json p.json f.json t.json'
+t "--observed answers seed 002 in the terminal" 0 "combinations closest to the observed figure" \
+  '"$V" estimate "$TH" --observed 80GB --observed-kind nvidia-smi'
+t "--observed needs a run spec" 1 "needs a run spec" \
+  '"$V" estimate "$S/tests/truth/cases_public.json" --case p01_qwen3_fp32_adamw --observed 1GB'
+t "--observed needs a size" 2 "needs a size like 80GB" '"$V" estimate small.yaml --observed lots'
+t "--observed knows its units" 2 "unknown unit 'GX'" '"$V" estimate small.yaml --observed 3GX'
+t "--observed-kind alone" 2 "--observed-kind needs --observed" \
+  '"$V" estimate small.yaml --observed-kind reserved'
+t "--observed-kind is checked" 2 "must be allocated, reserved or nvidia-smi" \
+  '"$V" estimate small.yaml --observed 9GB --observed-kind smi'
+t "an observed figure below the estimate" 0 "nothing to explain" \
+  '"$V" estimate small.yaml --observed 1000B --observed-kind allocated'
+
+# ---------------------------------------------------------------- markdown
+cat >"$D/check_md.lua" <<'LUA'
+-- arg: estimate.md estimate.json: every table row is the JSON breakdown
+local md, e = vram.text.load(arg[1]), vram.json.load(arg[2])
+local rows, bad = {}, 0
+for cat, bytes in md:gmatch("\n| ([%w_]+) | (%d+) | [%d.]+ | [%d.]+%% |") do
+  rows[#rows + 1] = { cat, math.tointeger(tonumber(bytes)) }
+end
+if #rows ~= #e.breakdown then bad = bad + 1; print("rows: " .. #rows .. " vs " .. #e.breakdown) end
+for k, it in ipairs(e.breakdown) do
+  if not rows[k] or rows[k][1] ~= it.category or rows[k][2] ~= it.bytes then
+    bad = bad + 1; print("row " .. k .. " differs: " .. it.category)
+  end
+end
+print(bad == 0 and "md table ok" or "md table BAD")
+LUA
+t "--markdown: the breakdown table is the JSON's, row by row" 0 "md table ok" \
+  '"$V" estimate small.yaml --markdown > e.md && "$V" estimate small.yaml --json > e.json &&
+   "$V" run check_md.lua e.md e.json'
+t "--markdown folds the run spec in, as written" 0 "spec folded" \
+  '"$V" estimate small.yaml --markdown > e.md || exit 1
+   grep -q "^<details><summary>run spec</summary>$" e.md && grep -q "^</details>$" e.md || exit 2
+   sed -n "/^\`\`\`yaml$/,/^\`\`\`$/p" e.md | sed "1d;\$d" > folded.yaml
+   cmp -s folded.yaml small.yaml || exit 3
+   echo spec folded'
+t "--markdown has the terminal's timeline and reconciliation" 0 "same content" \
+  '"$V" estimate "$TH" --markdown --observed 80GB > m.md && "$V" estimate "$TH" --observed 80GB > m.txt || exit 1
+   sed -n "/^timeline (live/,/^  [a-z]=/p" m.txt > tl_term.txt
+   sed -n "/^timeline (live/,/^  [a-z]=/p" m.md > tl_md.txt
+   [ -s tl_term.txt ] && cmp -s tl_term.txt tl_md.txt || exit 2
+   sed -n "/^observed: /,/^not applicable/p" m.txt > ob_term.txt
+   sed -n "/^observed: /,/^not applicable/p" m.md > ob_md.txt
+   [ -s ob_term.txt ] && cmp -s ob_term.txt ob_md.txt || exit 3
+   echo same content'
+t "--markdown of a case from a list folds that case in" 0 '"id":	"p01_qwen3_fp32_adamw"' \
+  '"$V" estimate "$S/tests/truth/cases_public.json" --case p01_qwen3_fp32_adamw --markdown'
+
 echo "reports: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -93,13 +93,28 @@ check "the screenshot is drawn: weights, optimizer state and gradients areas" $?
   --html sweep.html >sweep.txt 2>&1)
 check "sweep --html exits 0" $? "$(head -c 300 "$D/sweep.txt")"
 render "$D/sweep.html" dump "$D/sweep_dom.html"
-bars=$(grep -o 'class="bar"' "$D/sweep_dom.html" | wc -l)
+bars=$(grep -o 'class="cfg"' "$D/sweep_dom.html" | wc -l)
 [ "$bars" -eq 6 ]; check "six configurations, six bars" $? "found $bars"
 has "$D/sweep_dom.html" "batch 2, seq 512"; check "bars are labelled" $?
 has "$D/sweep_dom.html" 'id="budget"'; check "the GPU is drawn as a line" $?
 render "$D/sweep.html" png "$D/sweep.png"
 python3 "$here/png_check.py" "$D/sweep.png" 4477aa >"$D/png2.txt" 2>&1
 check "the sweep screenshot is drawn" $? "$(tr '\n' ' ' <"$D/png2.txt")"
+
+# ---- one bar per configuration: fit --knobs, stacked by category
+(cd "$D" && "$V" fit small.yaml --gpu rtx4090 --knobs --html knobs.html >knobs.txt 2>&1)
+check "fit --knobs --html exits 0" $? "$(head -c 300 "$D/knobs.txt")"
+render "$D/knobs.html" dump "$D/knobs_dom.html"
+listed=$(grep -cE '^ *[0-9]+\. ' "$D/knobs.txt")
+cfgs=$(grep -o 'class="cfg"' "$D/knobs_dom.html" | wc -l)
+[ "$listed" -ge 2 ] && [ "$cfgs" -eq "$listed" ]
+check "one bar per listed combination" $? "listed $listed, bars $cfgs"
+for label in "as given" "chunked cross-entropy" 'id="budget"' "optimizer_state"; do
+  has "$D/knobs_dom.html" "$label"; check "the knobs page has $label" $?
+done
+render "$D/knobs.html" png "$D/knobs.png"
+python3 "$here/png_check.py" "$D/knobs.png" ccbb44 4477aa >"$D/png3.txt" 2>&1
+check "the knobs screenshot is drawn" $? "$(tr '\n' ' ' <"$D/png3.txt")"
 
 echo "html: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

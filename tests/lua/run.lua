@@ -56,6 +56,7 @@ local MODULES = {
   "test_formats",
   "test_serving",
   "test_parallel",
+  "test_fit",
 }
 
 local T = { passed = 0, failed = 0, tmpfile = nil }
