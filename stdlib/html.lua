@@ -35,7 +35,7 @@ td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 .fit{color:#1a7f37;font-weight:600} .nofit{color:#c62828;font-weight:600}
 .sw{display:inline-block;width:12px;height:12px;margin-right:6px;vertical-align:middle}
 svg text{font:12px system-ui,sans-serif;fill:#333} .note{color:#555;font-size:13px}
-details{margin-top:16px}]]
+details{margin-top:16px} pre{white-space:pre-wrap;font-size:12px}]]
 
 local function head(title)
   return { "<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
@@ -332,6 +332,11 @@ function M.bars(title, items, budget, what, gpu_name)
   end
   out[#out + 1] = "</table></body></html>"
   return table.concat(out, "\n") .. "\n"
+end
+
+-- A titled block of preformatted lines (the terminal's own text).
+function M.section(title, lines)
+  return "<h2>" .. esc(title) .. "</h2>\n<pre>" .. esc(table.concat(lines, "\n")) .. "</pre>"
 end
 
 -- Writes a page where the user asked (`option` names the flag in errors).

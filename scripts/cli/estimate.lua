@@ -119,6 +119,7 @@ else
 end
 if a.html then
   local html = require("stdlib.html")
-  html.write(a.html, html.page(path, b, st and st.timeline))
+  html.write(a.html, html.page(path, b, st and st.timeline,
+    rec and html.section("Observed vs estimated", observed.text(rec))))
   if not fmt then print("html: wrote " .. a.html) end -- JSON and CSV stay parseable
 end

@@ -88,6 +88,15 @@ python3 "$here/png_check.py" "$D/page.png" 4477aa ccbb44 228833 >"$D/png.txt" 2>
 check "the screenshot is drawn: weights, optimizer state and gradients areas" $? \
   "$(tr '\n' ' ' <"$D/png.txt")"
 
+# ---- the reconciliation with an observed figure, on the page too
+(cd "$D" && "$V" estimate small.yaml --observed 9GB --html observed.html >obs.txt 2>&1)
+check "estimate --observed --html exits 0" $? "$(head -c 300 "$D/obs.txt")"
+render "$D/observed.html" dump "$D/obs_dom.html"
+has "$D/obs_dom.html" "Observed vs estimated"; check "the page has the reconciliation" $?
+first=$(grep -m1 "^likeliest causes" "$D/obs.txt")
+[ -n "$first" ] && has "$D/obs_dom.html" "$first"
+check "the page's reconciliation is the terminal's" $?
+
 # ---- one bar per configuration: sweep
 (cd "$D" && "$V" sweep small.yaml --batch 1,2 --seq 128,256,512 --gpu rtx4090 \
   --html sweep.html >sweep.txt 2>&1)
