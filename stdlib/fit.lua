@@ -118,6 +118,7 @@ M.MENU = {
 -- A lever must save at least this share of what the run needs without it:
 -- below 1 % a budget cannot tell it from nothing.
 M.MIN_SAVING = 0.01
+M.SEARCH_SECONDS = 4
 
 -- Combinations of up to `depth` levers that apply to the run and fit the
 -- budget, cheapest first. Every lever in a combination must save memory
@@ -126,8 +127,9 @@ M.MIN_SAVING = 0.01
 -- variant (`refines`: QLoRA over LoRA, every layer over every 2nd) must
 -- save more than the variant it refines, so a knob that changes nothing is
 -- never listed. Each entry: knobs, cost, need, saving (against the run as
--- given), notes, at_peak. Without `depth`, 3, or 2 when one simulation of
--- the run takes over 40 ms (returned as the third value's depth).
+-- given), notes, at_peak. Without `depth`: 3, or fewer when that many
+-- simulations of this run would take over SEARCH_SECONDS of CPU (the
+-- sandbox's default budget is 10 s); returned as the fourth value.
 function M.knobs(run, budget, depth)
   local items, index = {}, {}
   for _, m in ipairs(M.MENU) do
@@ -145,7 +147,15 @@ function M.knobs(run, budget, depth)
   end
   local t0 = os.clock()
   local base = need_of(0)
-  depth = depth or (os.clock() - t0 > 0.04 and 2 or 3)
+  local each = os.clock() - t0
+  if not depth then -- as deep as about M.SEARCH_SECONDS of simulation allows
+    depth = 1
+    for d = 3, 2, -1 do
+      local n, c, combos = #items, 1, 0
+      for k = 1, d do c = c * (n - k + 1) // k; combos = combos + c end
+      if combos * each <= M.SEARCH_SECONDS then depth = d break end
+    end
+  end
   local out = {}
   local function consider(mask)
     local need, st = need_of(mask)

@@ -124,7 +124,9 @@ function M.reconcile(o)
     errors.input(o.path, "--observed",
       "needs a run spec (model: and run:), not a truth case or another tool's config")
   end
+  local t0 = os.clock()
   local base, st, run = measure(copy(doc), o.path, kind, o.gpu, o.families)
+  local each = os.clock() - t0
   local r = { observed = o.observed, kind = kind, what = M.KINDS[kind].what, estimate = base,
     gap = o.observed - base, causes = {}, not_applicable = {}, framework = run.framework }
   for _, c in ipairs(M.CAUSES) do
@@ -177,21 +179,41 @@ function M.reconcile(o)
       if c.flip then sim[#sim + 1] = c else const[#const + 1] = c end
     end
   end
-  local combos = {}
+  -- as many causes at once as about SEARCH_SECONDS of simulation allows
+  local most = #sim
+  local function subsets(k) -- simulations for every subset of up to k causes
+    local c, total = 1, 0
+    for j = 1, k do c = c * (#sim - j + 1) // j; total = total + c end
+    return total
+  end
+  while most > 1 and subsets(most) * each > require("stdlib.fit").SEARCH_SECONDS do
+    most = most - 1
+  end
+  r.most_at_once = most < #sim and most or nil
+  local sims, combos = { [0] = base }, {}
   for mask = 1, (1 << (#sim + #const)) - 1 do
-    local d, members, extra = copy(doc), {}, 0
-    for k, c in ipairs(sim) do
-      if mask & (1 << (k - 1)) ~= 0 then c.flip(d, run); members[#members + 1] = c.rank end
-    end
-    local v = #members > 0 and measure(d, o.path, kind, o.gpu, o.families) or base
-    for k, c in ipairs(const) do
-      if mask & (1 << (#sim + k - 1)) ~= 0 then
-        extra = extra + c.bytes
-        members[#members + 1] = c.rank
+    local smask, n = mask & ((1 << #sim) - 1), 0
+    for k = 1, #sim do if smask & (1 << (k - 1)) ~= 0 then n = n + 1 end end
+    if n <= most then
+      local members, extra = {}, 0
+      if not sims[smask] then
+        local d = copy(doc)
+        for k, c in ipairs(sim) do if smask & (1 << (k - 1)) ~= 0 then c.flip(d, run) end end
+        sims[smask] = measure(d, o.path, kind, o.gpu, o.families)
       end
+      for k, c in ipairs(sim) do
+        if smask & (1 << (k - 1)) ~= 0 then members[#members + 1] = c.rank end
+      end
+      for k, c in ipairs(const) do
+        if mask & (1 << (#sim + k - 1)) ~= 0 then
+          extra = extra + c.bytes
+          members[#members + 1] = c.rank
+        end
+      end
+      table.sort(members)
+      local v = sims[smask] + extra
+      combos[#combos + 1] = { members = members, bytes = v, remainder = o.observed - v }
     end
-    table.sort(members)
-    combos[#combos + 1] = { members = members, bytes = v + extra, remainder = o.observed - v - extra }
   end
   table.sort(combos, function(x, y)
     local ox, oy = x.remainder >= 0, y.remainder >= 0
@@ -235,8 +257,9 @@ function M.text(r)
   local function add(s) out[#out + 1] = s end
   add(("observed: %s (%s), compared with the estimate's %s"):format(both(r.observed), r.kind,
     r.what))
-  add(("estimate: %s; difference: %s%s [%d B]"):format(both(r.estimate),
-    r.gap >= 0 and "+" or "-", both(math.abs(r.gap)), r.gap))
+  local sign = r.gap >= 0 and "+" or "-"
+  add(("estimate: %s; difference: %s%s = %s%s [%d B]"):format(both(r.estimate), sign,
+    vram.fmt(math.abs(r.gap), "GiB"), sign, vram.fmt(math.abs(r.gap), "GB"), r.gap))
   if r.gap <= 0 then
     add("the observed figure is not above the estimate: nothing to explain (check that the "
       .. "kind matches how it was measured)")
@@ -254,6 +277,10 @@ function M.text(r)
     if shown == 0 then
       add("combinations closest to the observed figure (simulated at once, not summed; "
         .. "fragmentation only adds, so none above it):")
+      if r.most_at_once then
+        add(("  (up to %d simulated causes at once: one simulation of this run is slow)")
+          :format(r.most_at_once))
+      end
     end
     shown = shown + 1
     add(("  causes %s together: %s, leaving %s to allocator fragmentation (not modelled) "

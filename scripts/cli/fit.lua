@@ -94,7 +94,7 @@ else
   print(("as given: needs %s; levers that change this run: %s"):format(vram.fmt(base, "GiB"),
     #names > 0 and table.concat(names, ", ") or "none"))
   print(("combinations of up to %d levers, each simulated%s"):format(depth,
-    depth < 3 and " (2 because one simulation of this run is slow)" or ""))
+    depth < 3 and " (fewer than 3: one simulation of this run is slow)" or ""))
   if #list == 0 then print("no combination of these levers fits") end
   print(("%3s %-56s %11s %11s %4s  %s"):format("", "knobs", "needs", "saves", "cost", "what it costs"))
   for k, e in ipairs(list) do
