@@ -1,5 +1,5 @@
 -- vramlua diff A B [--gpu NAME] [--case-a ID] [--case-b ID] [--json]
--- what differs between two runs (knobs), what it moves (bytes), where each peaks
+-- what differs between two runs, what it moves, and where each peaks
 local errors = require("stdlib.errors")
 local inputs = require("stdlib.inputs")
 local step = require("stdlib.step")
