@@ -29,6 +29,7 @@ typedef struct {
   int8_t cat;
   int8_t alive;
   int8_t param;
+  int8_t bulk; /* a bulk's activations: its node owns them, no script drops them */
 } tensor;
 
 enum { EV_ALLOC, EV_DROP, EV_RETAIN, EV_TEMP, EV_NODE, EV_ITEM };
@@ -345,7 +346,7 @@ static vr_status new_tensor(vr_tape *t, int64_t bytes, int cat, int label, bool 
   if (cat < 0 || cat >= VR_NCAT) return VR_ECAT;
   vr_status st = account(t, bytes, cat, label);
   if (st) return st;
-  tensor x = {bytes, -1, 1, 1, (int8_t)cat, 1, (int8_t)param};
+  tensor x = {bytes, -1, 1, 1, (int8_t)cat, 1, (int8_t)param, 0};
   PUSH(t, t->tensors, x, return VR_ENOMEM);
   *id = (int64_t)t->tensors.n - 1;
   return VR_OK;
@@ -382,7 +383,7 @@ static vr_status py_release(vr_tape *t, int64_t id) {
 }
 
 vr_status vr_tape_drop(vr_tape *t, int64_t id) {
-  if (!valid(t, id)) return VR_EBADID;
+  if (!valid(t, id) || t->tensors.v[id].bulk) return VR_EBADID;
   if (t->tensors.v[id].py <= 0) return VR_EREFS;
   if (t->recording) {
     vr_status st = record(t, (event){id, 0, EV_DROP, -1, 0, 0});
@@ -392,13 +393,13 @@ vr_status vr_tape_drop(vr_tape *t, int64_t id) {
 }
 
 vr_status vr_tape_replay_drop(vr_tape *t, int64_t id) {
-  if (!valid(t, id)) return VR_EBADID;
+  if (!valid(t, id) || t->tensors.v[id].bulk) return VR_EBADID;
   if (!t->recording) return VR_ENOTRECORD;
   return record(t, (event){id, 0, EV_DROP, -1, 0, 0});
 }
 
 vr_status vr_tape_retain(vr_tape *t, int64_t id) {
-  if (!valid(t, id)) return VR_EBADID;
+  if (!valid(t, id) || t->tensors.v[id].bulk) return VR_EBADID;
   if (t->recording) {
     vr_status st = record(t, (event){id, 0, EV_RETAIN, -1, 0, 0});
     if (st) return st;
@@ -510,7 +511,7 @@ vr_status vr_tape_bulk(vr_tape *t, int64_t per_iter, int64_t per_iter_reserved, 
     vr_trace_push(t->trace, (vr_op){VR_OP_BULK_FWD, VR_CAT_ACTIV, label, slot, iters,
                                     t->marks - 2, 0, {0}});
   /* cannot fail: room for the tensor and the node was reserved above */
-  t->tensors.v[t->tensors.n++] = (tensor){total, -1, 1, 1, VR_CAT_ACTIV, 1, 0};
+  t->tensors.v[t->tensors.n++] = (tensor){total, -1, 1, 1, VR_CAT_ACTIV, 1, 0, 1};
   bulk *b = &t->bulks[slot];
   *b = (bulk){(int64_t)t->tensors.n - 1, per_iter, per_iter_reserved, iters, rtotal, copy, nper,
               t->nodes.n, 0, false, 0, 0, (size_t)(n > 0 ? n : 1)};
@@ -659,6 +660,13 @@ static vr_status run_bulk_body(vr_tape *t, bulk *b);
 static vr_status run_bulk(vr_tape *t, bulk *b) {
   vr_status st = VR_OK;
   if (!b->measuring) return VR_ECOMPOSE; /* the last layer's nodes never ran */
+  if (!t->tensors.v[b->tensor].alive) {
+    /* its activations were dropped by id before the backward reached it:
+     * releasing them again would make live bytes negative (fuzz_hostile) */
+    free_bulk(t, b);
+    b->watch_hi = 0;
+    return VR_EBADID;
+  }
   if (t->trace) {
     /* a layer's new gradients: their sum, and each one (GRAD) so that a
      * program rounds them to its own block */

@@ -737,4 +737,25 @@ function tests.a_finalizer_closing_the_tape_mid_call_should_give_tape_is_closed(
   T.ok(hits > 0, "no finalizer ran inside a call: the test proves nothing")
 end
 
+-- A bulk's activations dropped by id before the backward reached them were
+-- released twice (fuzz_hostile found live bytes at -15 after 635,785
+-- executions).
+function tests.a_bulk_dropped_before_backward_should_never_free_twice()
+  local t = vram.tape()
+  local first = t:bulk(5, 4, 3, {}, 0, "b")
+  t:bulk_end(first)
+  -- its node owns the bulk's activations: a script can neither drop nor
+  -- retain them (a retain then two drops freed them twice)
+  T.raises(function() t:drop(0) end, "unknown or already freed")
+  T.raises(function() t:retain(0) end, "unknown or already freed")
+  T.eq(t:live(), 15)
+  local second = t:bulk(5, 4, 3, {}, 0, "b")
+  t:bulk_end(second)
+  T.eq(t:live(), 30)
+  t:backward()
+  local live, reserved = t:live()
+  T.eq(live, 0)
+  T.eq(reserved, 0)
+end
+
 return tests
