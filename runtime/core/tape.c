@@ -484,6 +484,7 @@ vr_status vr_tape_bulk(vr_tape *t, int64_t per_iter, int64_t per_iter_reserved, 
   int slot = 0; /* a finished bulk's slot is reused */
   if (t->recording) return VR_ENESTED;
   if (per_iter < 0 || iters < 0 || nper < 0) return VR_EBYTES;
+  if (iters == 0) nper = 0; /* no layers: no edges to read, whatever nper says */
   while (slot < t->nbulks && t->bulks[slot].edges) slot++;
   if (slot >= VR_MAX_BULKS) return VR_ETOOMANY;
   if (t->trace && t->marks < 2) return VR_ECOMPOSE; /* the layer's two marks are missing */

@@ -758,4 +758,18 @@ function tests.a_bulk_dropped_before_backward_should_never_free_twice()
   T.eq(reserved, 0)
 end
 
+-- A traced bulk of zero layers with parameters per layer: the backward read
+-- nper edges from an empty list (fuzz_hostile, UBSan: pointer overflow).
+function tests.a_traced_bulk_of_zero_layers_should_read_no_edges()
+  local t = vram.tape()
+  t:trace(1, 1)
+  t:mark()
+  t:mark()
+  local b = t:bulk(209, 209, 0, {}, 3)
+  t:bulk_end(b)
+  local ok, err = pcall(t.backward, t)
+  T.ok(ok or tostring(err):find("pattern", 1, true), err)
+  T.ok(t:live() >= 0)
+end
+
 return tests
