@@ -95,4 +95,32 @@ static inline void fz_fail(const char *what, const char *detail) {
   abort();
 }
 
+#ifdef FZ_SANDBOX
+/* One input through a Lua driver that takes the bytes as its argument and
+ * raises "INVARIANT: ..." when a checked property fails; other errors are the
+ * API refusing bad calls, as it should. The state and the compiled driver
+ * are made on the first input and kept. gc: what runs after each input
+ * (LUA_GCSTEP, or LUA_GCCOLLECT to finalize what the input made). */
+static inline void fz_run_driver(lua_State **Lp, const char *driver, size_t n,
+                                 const uint8_t *data, size_t size, int gc) {
+  if (!*Lp) {
+    *Lp = fz_sandbox_state(20000000, (int64_t)256 << 20);
+    if (luaL_loadbufferx(*Lp, driver, n, "=driver", "t") != LUA_OK)
+      fz_fail("driver", lua_tostring(*Lp, -1));
+    lua_setfield(*Lp, LUA_REGISTRYINDEX, "fuzz.driver");
+  }
+  lua_State *L = *Lp;
+  fz_rearm(L);
+  lua_settop(L, 0);
+  lua_getfield(L, LUA_REGISTRYINDEX, "fuzz.driver");
+  lua_pushlstring(L, (const char *)data, size);
+  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+    const char *e = lua_tostring(L, -1);
+    if (e && strncmp(e, "INVARIANT", 9) == 0) fz_fail("driver", e);
+  }
+  lua_settop(L, 0);
+  lua_gc(L, gc, 0);
+}
+#endif
+
 #endif

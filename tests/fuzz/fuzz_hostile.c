@@ -139,22 +139,7 @@ static lua_State *L;
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (!L) {
-    L = fz_sandbox_state(20000000, (int64_t)256 << 20);
-    if (luaL_loadbufferx(L, DRIVER, sizeof DRIVER - 1, "=driver", "t") != LUA_OK)
-      fz_fail("driver", lua_tostring(L, -1));
-    lua_setfield(L, LUA_REGISTRYINDEX, "fuzz.driver");
-  }
-  fz_rearm(L);
-  lua_settop(L, 0);
-  lua_getfield(L, LUA_REGISTRYINDEX, "fuzz.driver");
-  lua_pushlstring(L, (const char *)data, size);
-  if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
-    const char *e = lua_tostring(L, -1);
-    if (e && strncmp(e, "INVARIANT", 9) == 0) fz_fail("driver", e);
-  }
-  lua_settop(L, 0);
-  /* the objects this input made are finalized now, in the collector's order */
-  lua_gc(L, LUA_GCCOLLECT);
+  /* the objects this input made are finalized after it, in the collector's order */
+  fz_run_driver(&L, DRIVER, sizeof DRIVER - 1, data, size, LUA_GCCOLLECT);
   return 0;
 }
