@@ -484,6 +484,12 @@ local function emit(out, t, indent)
   end
 end
 
+-- The translation's warnings, then its assumptions, one line each.
+local function caveats(out, tr, warning, assumption)
+  for _, w in ipairs(tr.warnings) do out[#out + 1] = warning .. w end
+  for _, a in ipairs(tr.assumptions) do out[#out + 1] = assumption .. a end
+end
+
 function M.explain(tr)
   local out = { ("# translated from %s (%s) by vramlua; save and edit as a run spec"):format(
     tr.file, tr.format) }
@@ -491,12 +497,11 @@ function M.explain(tr)
     out[#out + 1] = ("# model '%s' resolved as %s: %s"):format(tr.model_label or tostring(tr.model_ref),
       tr.model.source, tr.model.path)
   end
-  if tr.spec.parallel then
-    out[#out + 1] = "# parallel: not modelled by the single-GPU simulator yet (see warnings)"
+  if tr.spec.parallel and not tr.per_rank then
+    out[#out + 1] = "# parallel: not priced per rank for this run (see warnings)"
   end
   emit(out, tr.spec, 0)
-  for _, w in ipairs(tr.warnings) do out[#out + 1] = "# warning: " .. w end
-  for _, a in ipairs(tr.assumptions) do out[#out + 1] = "# assumption: " .. a end
+  caveats(out, tr, "# warning: ", "# assumption: ")
   for _, n in ipairs(tr.not_understood) do
     out[#out + 1] = ("# not understood: %s = %s"):format(n.key, n.value)
   end
@@ -511,8 +516,7 @@ function M.notes(tr)
     out[#out + 1] = ("  model: %s -> %s (%s)"):format(tr.model_label or tostring(tr.model_ref),
       tr.model.path, tr.model.source)
   end
-  for _, w in ipairs(tr.warnings) do out[#out + 1] = "  WARNING: " .. w end
-  for _, a in ipairs(tr.assumptions) do out[#out + 1] = "  assumption: " .. a end
+  caveats(out, tr, "  WARNING: ", "  assumption: ")
   if #tr.not_understood > 0 then
     local keys = {}
     for i, n in ipairs(tr.not_understood) do keys[i] = n.key .. "=" .. n.value end
