@@ -55,7 +55,7 @@ function M.compile(run, where)
     local st = step.run(r)
     traces[i], names = st.trace, names or st.names
   end
-  local alloc = step.ALLOCATORS[run.framework or "pytorch-cpu"]
+  local alloc = require("stdlib.frameworks").of(run, "pytorch-cpu").allocator
   local prog, why = vram.fit_program(traces, names, alloc and alloc.round or 0)
   if not prog then errors.input(where, "", "this run cannot be compiled: " .. why) end
   return setmetatable({ prog = prog, run = run }, Est)

@@ -1,7 +1,7 @@
 -- The largest value of one knob that fits a GPU, found by searching the
 -- simulator (never by extrapolation), and cheap knob combinations that fit.
 local step = require("stdlib.step")
-local report = require("stdlib.report")
+local frameworks = require("stdlib.frameworks")
 local errors = require("stdlib.errors")
 
 local M = {}
@@ -15,8 +15,7 @@ function M.need(run)
     return b.device_total_bytes, { at_peak = at, budget = b }
   end
   local st = step.run(run)
-  local fw = report.FRAMEWORK[run.framework or "pytorch"] or report.FRAMEWORK.pytorch
-  return st.peak_reserved + (fw.context or 0), st
+  return frameworks.need(frameworks.of(run), st.peak_reserved), st
 end
 
 -- Where each knob lives in the normalized run.

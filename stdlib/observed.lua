@@ -93,7 +93,8 @@ M.CAUSES = {
       .. "`using`/Dispose): the optimizer's per-parameter temporaries all live at once, as a "
       .. "foreach optimizer's lists do" end,
     applies = function(_, run)
-      return run.framework == "torchsharp" and not run.optimizer.foreach
+      return require("stdlib.frameworks").of(run).undisposed_temporaries
+        and not run.optimizer.foreach
         and (run.optimizer.name == "adam" or run.optimizer.name == "adamw")
     end,
     flip = function(doc)
@@ -150,7 +151,7 @@ function M.reconcile(o)
         .. "were built from them (a load-time double copy never released)")
         :format(st.param_count, ckdt) }
   end
-  if run.framework == "jax" then
+  if require("stdlib.frameworks").of(run).prealloc then
     r.not_applicable[#r.not_applicable + 1] = "preallocation (already in the device total: XLA's 75%)"
   else
     r.not_applicable[#r.not_applicable + 1] = "preallocation (" .. run.framework

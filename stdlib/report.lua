@@ -2,18 +2,11 @@
 -- bytes, stable keys), Markdown and CSV. Units are always labelled.
 local vram = require("vram")
 local gpus = require("stdlib.gpus")
+local frameworks = require("stdlib.frameworks")
 
 local R = {}
 
 R.ORDER = vram.categories() -- the tape's categories, in report order
-
--- Framework overheads outside the tensor allocator. Assumptions, printed.
-R.FRAMEWORK = {
-  pytorch = { context = 500 << 20, note = "CUDA context + cuBLAS workspace ~500 MiB (assumed)" },
-  ["pytorch-cpu"] = { context = 0, note = "CPU: no device context" },
-  torchsharp = { context = 500 << 20, note = "libtorch CUDA context ~500 MiB (assumed)" },
-  jax = { prealloc = 0.75, note = "XLA preallocates 75% of device memory at start-up" },
-}
 
 -- A budget: the simulator's stats plus what the reader needs around them.
 function R.budget(st, run, gpu_name)
@@ -31,9 +24,11 @@ function R.budget(st, run, gpu_name)
     local v = st.at_peak[c] or 0
     if v ~= 0 then b.breakdown[#b.breakdown + 1] = { category = c, bytes = v } end
   end
-  local fw = R.FRAMEWORK[run.framework or "pytorch"] or R.FRAMEWORK.pytorch
-  b.framework = run.framework or "pytorch"
-  b.assumptions = { fw.note }
+  -- the stack's overheads and capacity rules (stdlib/frameworks/), printed
+  local fw = frameworks.of(run)
+  b.framework = fw.name
+  b.assumptions = {}
+  for i, a in ipairs(fw.assumptions) do b.assumptions[i] = a end
   local q = run.quant
   if q and not q.master and require("stdlib.layers").BNB4[q.store] then
     b.assumptions[#b.assumptions + 1] = ("bitsandbytes 4-bit (%s): every decoder projection "
@@ -48,17 +43,13 @@ function R.budget(st, run, gpu_name)
     b.assumptions[#b.assumptions + 1] = "reserved: caching-allocator block rounding, "
       .. "fragmentation not modelled (a lower bound)"
   end
-  b.device_total_bytes = st.peak_reserved + (fw.context or 0)
   local gpu = gpus.find(gpu_name or run.gpu)
+  b.device_total_bytes = frameworks.device_total(fw, st, gpu)
   if gpu then
     b.gpu = { id = gpu.id, name = gpu.name, bytes = gpu.bytes }
-    if fw.prealloc then
-      b.device_total_bytes = math.max(st.peak, math.floor(gpu.bytes * fw.prealloc))
-    end
-    -- XLA allocates from its preallocated pool, not from the whole device
-    local usable = fw.prealloc and math.floor(gpu.bytes * fw.prealloc) or gpu.bytes
-    b.fits = st.peak_reserved + (fw.context or 0) <= usable
-    b.headroom_bytes = usable - st.peak_reserved - (fw.context or 0)
+    local need, usable = frameworks.need(fw, st.peak_reserved), frameworks.usable(fw, gpu)
+    b.fits = need <= usable
+    b.headroom_bytes = usable - need
   end
   return b
 end

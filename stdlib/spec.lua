@@ -257,8 +257,9 @@ function M.normalize(spec, where, families, loaded)
   local loss = run.loss or {}
   if type(loss) == "string" then loss = { impl = loss } end
   check_keys(loss, { impl = 1, chunk_rows = 1 }, where, "run.loss.")
-  local framework = one_of(where, "run.framework", run.framework,
-    { "pytorch", "pytorch-cpu", "jax", "torchsharp" }, "pytorch")
+  local frameworks = require("stdlib.frameworks")
+  local framework = one_of(where, "run.framework", run.framework, frameworks.NAMES,
+    frameworks.DEFAULT)
   local r = {
     batch = rd:int("batch"),
     seq = rd:int("seq"),
@@ -286,8 +287,8 @@ function M.normalize(spec, where, families, loaded)
       weight_decay = opt.weight_decay or (oname == "adamw" and 0.01 or 0),
       state_dtype = dtype(where, "run.optimizer.state_dtype", opt.state_dtype),
       momentum_dtype = dtype(where, "run.optimizer.momentum_dtype", opt.momentum_dtype),
-      -- Adam's step counters are host tensors on CUDA, device tensors on CPU
-      step_bytes = framework == "pytorch-cpu" and 4 or 0,
+      -- Adam's step counters: host tensors on CUDA, device tensors on CPU
+      step_bytes = frameworks.get(framework).adam_step_bytes,
     },
   }
   -- RL updates (stdlib/rl.lua): rollout, stored log-probs, minibatch steps

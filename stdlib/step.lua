@@ -6,6 +6,7 @@ local Sim = require("stdlib.sim")
 local optim = require("stdlib.optim")
 local loss = require("stdlib.loss")
 local errors = require("stdlib.errors")
+local frameworks = require("stdlib.frameworks")
 
 local M = {}
 
@@ -90,21 +91,16 @@ M.trainable = trainable_params
 
 -- family: a table with build(S, run, pol) -> model and
 -- forward_loss / forward_logits / generate functions.
--- Allocator profiles: block rounding of the CUDA caching allocator
--- (allocated: 512 B blocks; reserved lower bound: requests over 10 MiB get
--- their own 2 MiB-rounded segment). CPU and XLA count exact bytes.
-M.ALLOCATORS = {
-  pytorch = { round = 512, small_max = 10 << 20, large_round = 2 << 20 },
-  torchsharp = { round = 512, small_max = 10 << 20, large_round = 2 << 20 },
-}
 
--- A simulator with the run's allocator profile.
+-- A simulator with the run's allocator profile (stdlib/frameworks/); a bare
+-- simulation that names no framework counts exact bytes, as on the CPU.
 function M.new_sim(run)
-  local alloc = M.ALLOCATORS[run.framework or "pytorch-cpu"]
+  local alloc = frameworks.of(run, frameworks.EXACT).allocator
   local S = Sim.new({ round = alloc and alloc.round })
   -- CPU kernels' own buffers follow the run's framework, also in a
   -- compiled-estimate probe (which counts exact bytes as pytorch-cpu)
-  S.cpu = (run.kernels_of or run.framework or "pytorch-cpu") == "pytorch-cpu"
+  S.cpu = frameworks.get(run.kernels_of or run.framework or frameworks.EXACT).cpu_kernels
+    or false
   S.general_sizes = run.trace and true or nil
   S.sum_out_of_place = run.grad_sum == "out_of_place" -- torch < 2.0 (stdlib/truth.lua)
   if alloc then S.tape:rounding(alloc.round, alloc.small_max, alloc.large_round) end

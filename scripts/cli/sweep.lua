@@ -66,8 +66,9 @@ for _, b in ipairs(batches) do
   end
 end
 local est = compiled.compile(run, path)
-local fw = require("stdlib.report").FRAMEWORK[run.framework or "pytorch"] or {}
-local usable = gpu and (fw.prealloc and math.floor(gpu.bytes * fw.prealloc) or gpu.bytes)
+local frameworks = require("stdlib.frameworks")
+local fw = frameworks.of(run)
+local usable = gpu and frameworks.usable(fw, gpu)
 print("batch,seq,peak_bytes,peak_gib" .. (gpu and ",fits" or ""))
 local bars = {}
 for _, b in ipairs(batches) do

@@ -45,7 +45,7 @@ print(("%-48s %8s %8s %8s %8s %9s %8s %8s"):format("launch", "static", "activ.",
 print(("%-48s %8s %8s %8s %8s %9s %8s %8s"):format("", "GiB", "GiB", "GiB", "GiB", "GiB", "GiB",
   "GB"))
 local results = {}
-local ctx = require("stdlib.report").FRAMEWORK.torchsharp.context
+local ctx = require("stdlib.frameworks").get("torchsharp").context
 for _, r in ipairs(rows) do
   local run = spec.normalize(r.spec, here, require("models.registry"))
   local st = step.simulate(run.sim, run)

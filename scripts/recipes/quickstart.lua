@@ -4,7 +4,6 @@
 local vram = require("vram")
 local spec = require("stdlib.spec")
 local step = require("stdlib.step")
-local report = require("stdlib.report")
 local gpus = require("stdlib.gpus")
 local args = require("stdlib.args").parse({ ... }, { batch = 4, seq = 1024 })
 
@@ -44,9 +43,9 @@ for _, r in ipairs(rows) do
   local run = spec.normalize(s, vram.share_dir .. "/scripts/recipes/quickstart.lua",
     require("models.registry"))
   local st = step.simulate(run.sim, run)
-  local ctx = report.FRAMEWORK.pytorch.context
+  local ctx = require("stdlib.frameworks").get("pytorch").context
   print(("%-36s %12.2f  %-10s %-22s %-8s %-8s"):format(name, st.peak / (1 << 30), st.peak_phase,
     st.peak_op or "", st.peak_reserved + ctx <= h100.bytes and "fits" or "NO",
     st.peak_reserved + ctx <= r4090.bytes and "fits" or "NO"))
 end
-print("fit columns: allocator reserved (lower bound) + " .. report.FRAMEWORK.pytorch.note)
+print("fit columns: allocator reserved (lower bound) + " .. require("stdlib.frameworks").get("pytorch").assumptions[1])

@@ -9,12 +9,11 @@ local step = require("stdlib.step")
 local registry = require("models.registry")
 local doctor = require("stdlib.doctor")
 local gpus = require("stdlib.gpus")
-local report = require("stdlib.report")
 local args = require("stdlib.args").parse({ ... }, { text = 256 })
 
 local GB, GiB = 1e9, 1 << 30
 local here = vram.share_dir .. "/scripts/recipes/vl_budget.lua"
-local ctx = report.FRAMEWORK.pytorch.context
+local ctx = require("stdlib.frameworks").get("pytorch").context
 
 -- preset, pinned square side, the seed's rows (GB): inference, LoRA bs1, LoRA bs4
 local BASES = {

@@ -57,6 +57,7 @@ local MODULES = {
   "test_serving",
   "test_parallel",
   "test_fit",
+  "test_frameworks",
 }
 
 local T = { passed = 0, failed = 0, tmpfile = nil }

@@ -1,0 +1,66 @@
+-- Frameworks as data: what the stack a step runs on adds around the tensors
+-- the simulator counts. One profile per file under stdlib/frameworks/,
+-- chosen by run.framework; every figure here is read from a profile, never
+-- from a branch on a framework's name elsewhere. A profile is a table:
+--
+--   name         the run.framework value
+--   label        what the stack is, in words (printed)
+--   allocator    block rounding of the tensor allocator, or nil (exact bytes):
+--                { round = B, small_max = B, large_round = B } -- requests
+--                over small_max get their own large_round-rounded segment
+--   cpu_kernels  the CPU kernels' own buffers (stdlib/layers.lua) apply
+--   context      bytes outside the allocator (driver context, workspaces)
+--   prealloc     fraction of the device the framework takes at start-up and
+--                allocates from (the step must fit that pool)
+--   adam_step_bytes  bytes of each Adam step counter on the device (0: host)
+--   assumptions  lines printed with every estimate on this framework
+--   undisposed_temporaries  temporaries outlive their use unless disposed
+--                (observed.lua names it as a cause of an excess)
+local errors = require("stdlib.errors")
+
+local M = {}
+
+M.NAMES = { "pytorch", "pytorch-cpu", "jax", "torchsharp" }
+M.DEFAULT = "pytorch"      -- a run spec that names none
+M.EXACT = "pytorch-cpu"    -- a bare simulation (truth cases, probes): exact bytes
+
+local FILES = { pytorch = "pytorch", ["pytorch-cpu"] = "pytorch_cpu", jax = "jax",
+  torchsharp = "torchsharp" }
+
+local cache = {}
+
+-- The profile called name; an unknown name is an error naming the known ones.
+function M.get(name)
+  local p = cache[name]
+  if p then return p end
+  local file = FILES[name]
+  if not file then
+    errors.input(nil, "run.framework", ("unknown framework '%s' (known: %s)")
+      :format(tostring(name), table.concat(M.NAMES, ", ")))
+  end
+  p = require("stdlib.frameworks." .. file)
+  cache[name] = p
+  return p
+end
+
+-- The profile of a run; `default` when the run names none.
+function M.of(run, default) return M.get(run.framework or default or M.DEFAULT) end
+
+-- Bytes of the device the step may allocate from: the whole device, or the
+-- pool a preallocating framework takes.
+function M.usable(p, gpu)
+  return p.prealloc and math.floor(gpu.bytes * p.prealloc) or gpu.bytes
+end
+
+-- Bytes the run needs on the device beyond the pool's own size: the
+-- allocator's reserved peak plus what the framework keeps outside it.
+function M.need(p, reserved) return reserved + (p.context or 0) end
+
+-- What the device shows in use (nvidia-smi): the need, or the whole pool
+-- when the framework preallocates one and the step fits inside it.
+function M.device_total(p, st, gpu)
+  if gpu and p.prealloc then return math.max(st.peak, M.usable(p, gpu)) end
+  return M.need(p, st.peak_reserved)
+end
+
+return M

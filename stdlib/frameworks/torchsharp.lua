@@ -1,0 +1,13 @@
+-- TorchSharp: .NET bindings over libtorch, so the same CUDA caching
+-- allocator as PyTorch (stdlib/frameworks/pytorch.lua). Tensors are freed by
+-- Dispose (or a `using` scope), not by reference count: temporaries that are
+-- not disposed live until the .NET collector finalizes them.
+return {
+  name = "torchsharp",
+  label = "TorchSharp (libtorch) on CUDA",
+  allocator = { round = 512, small_max = 10 << 20, large_round = 2 << 20 },
+  context = 500 << 20,
+  adam_step_bytes = 0,
+  undisposed_temporaries = true,
+  assumptions = { "libtorch CUDA context ~500 MiB (assumed)" },
+}
