@@ -5,7 +5,7 @@
 return {
   name = "torchsharp",
   label = "TorchSharp (libtorch) on CUDA",
-  allocator = { round = 512, small_max = 10 << 20, large_round = 2 << 20 },
+  allocator = require("stdlib.frameworks.pytorch").allocator, -- the same libtorch allocator
   context = 500 << 20,
   adam_step_bytes = 0,
   undisposed_temporaries = true,
