@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "bind.h"
+#include "builtin.h"
 
 #ifndef PATH_MAX
 #define PATH_MAX 4096
@@ -232,11 +233,92 @@ static const char *read_chunk(lua_State *L, void *ud, size_t *size) {
   return *size ? r->s : NULL;
 }
 
+static const vb_builtin_chunk *builtins;
+static size_t nbuiltins;
+static size_t nprecompiled, ntext; /* files loaded each way, for --stats */
+
+void vb_lua_file_counts(size_t *precompiled, size_t *text) {
+  *precompiled = nprecompiled;
+  *text = ntext;
+}
+
+void vb_use_builtin_chunks(const vb_builtin_chunk *chunks, size_t n) {
+  builtins = chunks;
+  nbuiltins = n;
+}
+
+static const vb_builtin_chunk *find_builtin(const char *s, size_t n) {
+  if (nbuiltins == 0) return NULL;
+  uint64_t h = vb_source_hash(s, n);
+  for (size_t i = 0; i < nbuiltins; i++)
+    if (builtins[i].hash == h && builtins[i].source_len == n) return &builtins[i];
+  return NULL;
+}
+
+/* A built-in chunk in three pieces: the header, "@path" in place of the
+ * placeholder name (a Lua 5.4 string: size + 1 as 7-bit groups, most
+ * significant first, the last marked with 0x80), the rest. */
+typedef struct {
+  const vb_builtin_chunk *c;
+  unsigned char name_size[16];
+  size_t name_size_len;
+  const char *name;
+  size_t name_len;
+  int piece;
+} builtin_reader;
+
+static const char *read_builtin(lua_State *L, void *ud, size_t *size) {
+  builtin_reader *r = (builtin_reader *)ud;
+  (void)L;
+  switch (r->piece++) {
+  case 0:
+    *size = VB_NAME_AT;
+    return (const char *)r->c->code;
+  case 1:
+    *size = r->name_size_len;
+    return (const char *)r->name_size;
+  case 2:
+    *size = r->name_len;
+    return r->name;
+  case 3:
+    *size = r->c->code_len - VB_NAME_AT - VB_NAME_LEN;
+    return (const char *)r->c->code + VB_NAME_AT + VB_NAME_LEN;
+  default:
+    *size = 0;
+    return NULL;
+  }
+}
+
+static int load_builtin(lua_State *L, const vb_builtin_chunk *c, const char *name) {
+  builtin_reader r = {c, {0}, 0, name, strlen(name), 0};
+  unsigned char rev[16];
+  size_t x = r.name_len + 1, k = 0;
+  do {
+    rev[k++] = (unsigned char)(x & 0x7f);
+    x >>= 7;
+  } while (x != 0);
+  for (size_t i = 0; i < k; i++) r.name_size[i] = rev[k - 1 - i];
+  r.name_size[k - 1] |= 0x80;
+  r.name_size_len = k;
+  return lua_load(L, read_builtin, &r, name, "b");
+}
+
 void vb_load_lua_file(lua_State *L, const char *path) {
   vb_read_file(L, path);
   size_t n = 0;
   const char *s = lua_tolstring(L, -1, &n);
   chunk_reader r = {s, n, 1};
+  const vb_builtin_chunk *c = find_builtin(s, n);
+  if (c) { /* the very text a built-in chunk was compiled from */
+    lua_pushfstring(L, "@%s", path);
+    int st = load_builtin(L, c, lua_tostring(L, -1));
+    lua_remove(L, -2); /* the chunk name */
+    lua_remove(L, -2); /* the text */
+    if (st != LUA_OK) lua_error(L);
+    nprecompiled++;
+    return;
+  }
+  ntext++;
   if (n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
     r.s += 3;
     r.n -= 3;

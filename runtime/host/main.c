@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../bind/bind.h"
+#include "../bind/builtin.h"
 #include "sandbox.h"
 #include "search.h"
 
@@ -288,13 +289,16 @@ static int run_script(const char *path, int argc, char **argv, int script_at,
   if (show_stats) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
+    size_t precompiled = 0, text = 0;
+    vb_lua_file_counts(&precompiled, &text);
     double cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                  (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
     fprintf(stderr,
             "%s: stats: %lld instructions (counted every 10000), peak memory %lld bytes "
-            "(Lua and C), %.2f CPU seconds, max RSS %ld KiB\n",
+            "(Lua and C), %.2f CPU seconds, max RSS %ld KiB, Lua files: %zu precompiled, "
+            "%zu as text\n",
             progname, (long long)lim->instructions, (long long)lim->peak_memory, cpu,
-            ru.ru_maxrss);
+            ru.ru_maxrss, precompiled, text);
   }
   return code;
 }
@@ -348,6 +352,10 @@ int main(int argc, char **argv) {
   long long max_seconds = -1;
   vh_search_init(&search, argv[0]);
   lim.search = &search;
+  /* VRAMLUA_SOURCE_ONLY=1 parses the built-in Lua as text (to compare) */
+  const char *source_only = getenv("VRAMLUA_SOURCE_ONLY");
+  if (!source_only || strcmp(source_only, "1") != 0)
+    vb_use_builtin_chunks(vb_builtin_chunks, vb_builtin_count);
   search_dirs = &search;
 
   int i = 1;

@@ -62,6 +62,7 @@ echo 'local f = io.open("/etc/passwd") print(f)' >"$D/io.lua"
 echo 'print(rawget(_G, "io") ~= nil and "io-present" or "io-missing")' >"$D/trusted.lua"
 echo 'local f, e = load("\27LuaT\0\25\147\r\n\26\n") print("binary:", f, e)' >"$D/bytecode.lua"
 echo 'print(load("return 1 + 1")())' >"$D/loadtext.lua"
+echo 'require("stdlib.step").simulate(nil, nil)' >"$D/stdlib_error.lua"
 echo 'print("found in VRAMLUA_PATH")' >"$D/lib/name.lua"
 echo 'print("found in scripts/")' >"$D/lib/scripts/tool.lua"
 echo 'return { value = 42 }' >"$D/mods/pkg/mod.lua"
@@ -116,6 +117,16 @@ t "sandbox: io.open fails"               1 "io"                     '"$V" run io
 t "sandbox: io is an undefined global"  1 "undefined global 'io'"          '"$V" run io.lua'
 t "sandbox: no bytecode"                 0 "binary:	nil"            '"$V" run bytecode.lua'
 t "sandbox: text chunks load"            0 "2"                      '"$V" run loadtext.lua'
+# The built-in Lua is loaded precompiled (runtime/bind/builtin.h); its
+# errors and tracebacks name the same files and lines as the text would.
+t "built-in Lua loads precompiled"       0 "precompiled, 0 as text" \
+  '"$V" --stats estimate "$(dirname "$V")/../examples/specs/qwen2_5_1_5b_full.yaml" --json 2>&1 >/dev/null'
+t "built-in Lua: some files precompiled" 0 "!Lua files: 0 precompiled" \
+  '"$V" --stats estimate "$(dirname "$V")/../examples/specs/qwen2_5_1_5b_full.yaml" --json 2>&1 >/dev/null'
+t "VRAMLUA_SOURCE_ONLY=1 parses as text" 0 "Lua files: 0 precompiled" \
+  'VRAMLUA_SOURCE_ONLY=1 "$V" --stats run loadtext.lua'
+t "precompiled errors name file and line" 0 "stdlib/step.lua:" \
+  'a=$("$V" --debug run stdlib_error.lua 2>&1); b=$(VRAMLUA_SOURCE_ONLY=1 "$V" --debug run stdlib_error.lua 2>&1); [ "$a" = "$b" ] && echo "$a"'
 t "--trust gives io"                     0 "io-present"             '"$V" --trust run trusted.lua'
 t "--trust prints a notice"              0 "--trust"                '"$V" --trust run trusted.lua'
 t "without --trust there is no io"       0 "io-missing"             '"$V" run trusted.lua'

@@ -1,0 +1,48 @@
+/* The built-in Lua (stdlib/, models/, scripts/) precompiled at build time
+ * (runtime/host/precompile.c), so a process does not parse it again. A chunk
+ * is used only for a file whose bytes are exactly the source it was compiled
+ * from (length and hash); any other file, a user's script included, is
+ * loaded as text. No lua.h: the build tool shares this header. */
+#ifndef VRAM_BUILTIN_H
+#define VRAM_BUILTIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+  uint64_t hash;              /* vb_source_hash of the source text */
+  size_t source_len;          /* its length in bytes */
+  const unsigned char *code;  /* lua_dump output, chunk name VB_PLACEHOLDER */
+  size_t code_len;
+} vb_builtin_chunk;
+
+/* The chunk name compiled in; the loader puts "@path" in its place. In a
+ * Lua 5.4 dump the main function's source name follows the 31-byte header
+ * and the upvalue count: "=" is stored there as size 2 (0x82) and '='. The
+ * build tool checks that layout and fails the build on any other. */
+#define VB_PLACEHOLDER "="
+#define VB_NAME_AT 32
+#define VB_NAME_LEN 2
+
+/* FNV-1a, 64 bits: to recognise unchanged built-in files, not to defend
+ * against anyone (what matches is our own trusted bytecode either way). */
+static inline uint64_t vb_source_hash(const char *s, size_t n) {
+  uint64_t h = 14695981039346656037u;
+  for (size_t i = 0; i < n; i++) {
+    h ^= (unsigned char)s[i];
+    h *= 1099511628211u;
+  }
+  return h;
+}
+
+/* The generated table (built into the vramlua executable only). */
+extern const vb_builtin_chunk vb_builtin_chunks[];
+extern const size_t vb_builtin_count;
+
+/* Installs the table vb_load_lua_file consults (main.c, once, before any
+ * state exists). Without it every file is loaded as text. */
+void vb_use_builtin_chunks(const vb_builtin_chunk *chunks, size_t n);
+/* How many Lua files this process loaded precompiled and as text. */
+void vb_lua_file_counts(size_t *precompiled, size_t *text);
+
+#endif
