@@ -78,7 +78,7 @@ M.MENU = {
     applies = function(r) return trains(r) and r.loss ~= "chunked" end,
     edit = function(r) r.loss = "chunked"; r.loss_chunk = 1024 end },
   { name = "gradient checkpointing (every layer)", cost = 2,
-    refines = "gradient checkpointing (every 2nd layer)",
+    refines = { "gradient checkpointing (every 2nd layer)" },
     note = "~33% more compute (one extra forward)",
     applies = function(r) return trains(r) and not (r.ckpt and not r.ckpt_every
       and not r.ckpt_segment) end,
@@ -101,7 +101,7 @@ M.MENU = {
   { name = "LoRA r=16 (q,k,v,o)", cost = 3, note = "adapters only: less capacity than full fine-tuning",
     applies = function(r) return trains(r) and not r.lora end,
     edit = function(r) r.lora = step.default_lora(16, 32) end },
-  { name = "QLoRA r=16 (q,k,v,o) on nf4 weights", cost = 4, refines = "LoRA r=16 (q,k,v,o)",
+  { name = "QLoRA r=16 (q,k,v,o) on nf4 weights", cost = 4, refines = { "LoRA r=16 (q,k,v,o)" },
     note = "adapters over 4-bit frozen weights: dequantized per matmul, slower",
     applies = function(r) return trains(r) and not r.lora and not r.quant end,
     edit = function(r)
@@ -114,6 +114,114 @@ M.MENU = {
     edit = function(r) r.batch = r.batch // 2; r.grad_accum = (r.grad_accum or 1) * 2 end },
 }
 
+-- The data-parallel layout's levers, priced per rank by stdlib/parallel.lua:
+-- ZeRO stages and FSDP over the ranks a layout has, CPU offload, and on one
+-- GPU DeepSpeed's ZeRO-Offload. They edit the parallel: table as written
+-- (L._spec), which is read again with all of parallel.read's checks: a
+-- combination those refuse (ZeRO with FSDP, parameter offload below stage
+-- 3, QLoRA under a layout) is not a run, so never a combination.
+local function has_optimizer(r)
+  return trains(r) and r.optimizer.name ~= "none"
+end
+local DDP_ONLY = { "bucket_cap_mb", "gradient_as_bucket_view" }
+local function spec_of(r) return r.parallel._spec end
+local function sharding(r, zero, fsdp)
+  local s = spec_of(r)
+  for _, k in ipairs(DDP_ONLY) do s[k] = nil end -- DDP's buckets go with DDP
+  s.zero, s.fsdp, s.reshard_after_forward = zero, fsdp, nil
+end
+local function offload(r, what)
+  local s = spec_of(r)
+  s.offload = s.offload or {}
+  for _, w in ipairs(what) do s.offload[w] = "cpu" end
+end
+
+function M.layout_levers(run)
+  local L, out = run.parallel, {}
+  local function add(t) out[#out + 1] = t end
+  if not L then
+    add({ name = "DeepSpeed ZeRO-Offload on one GPU (stage 2, optimizer on CPU)", cost = 2,
+      layout = true, note = "fp32 master and Adam states on the host; CPU Adam step, PCIe each step",
+      applies = has_optimizer,
+      edit = function(r) r.parallel = { _spec = { dp = 1, zero = 2,
+        offload = { optimizer = "cpu" } } } end })
+    add({ name = "DeepSpeed ZeRO-3 offload on one GPU (parameters and optimizer on CPU)",
+      cost = 3, layout = true, refines = { "DeepSpeed ZeRO-Offload on one GPU (stage 2, optimizer on CPU)" },
+      note = "parameters fetched over PCIe per layer, forward and backward: slow",
+      applies = has_optimizer,
+      edit = function(r) r.parallel = { _spec = { dp = 1, zero = 3,
+        offload = { optimizer = "cpu", params = "cpu" } } } end })
+    return out
+  end
+  local n = L.dp * L.cp
+  local zeros = {}
+  if n > 1 and not L.fsdp then
+    local what = { "optimizer states", "+ gradients", "+ parameters" }
+    for k = 1, 3 do
+      local name = ("ZeRO-%d (%s over %d ranks)"):format(k, what[k], n)
+      if L.zero < k then
+        add({ name = name, cost = k == 3 and 1 or 0, layout = true,
+          refines = #zeros > 0 and { table.unpack(zeros) } or nil,
+          note = k == 3 and "1.5x DDP's communication (parameters gathered per layer)"
+            or "DDP's communication volume",
+          applies = trains, edit = function(r) sharding(r, k, nil) end })
+      end
+      zeros[#zeros + 1] = name
+    end
+  end
+  if n > 1 and L.zero == 0 and L.fsdp ~= "full_shard" then
+    add({ name = ("FSDP full_shard over %d ranks"):format(n), cost = 1, layout = true,
+      note = "parameters gathered per wrapped layer, forward and backward",
+      applies = trains, edit = function(r) sharding(r, nil, "full_shard") end })
+  end
+  if L.offload.optimizer == "none" then
+    add({ name = L.fsdp and "FSDP CPU offload (parameters, gradients and optimizer)"
+        or "optimizer offload to CPU", cost = 2, layout = true,
+      note = "states and the optimizer step on the host; PCIe each step (FSDP moves "
+        .. "parameters too)",
+      applies = has_optimizer,
+      edit = function(r) offload(r, spec_of(r).fsdp and { "optimizer", "params" }
+        or { "optimizer" }) end })
+  end
+  if L.offload.params == "none" and not L.fsdp then
+    add({ name = "parameter offload to CPU (ZeRO-3)", cost = 3, layout = true,
+      note = "parameters fetched over PCIe per layer, forward and backward: slow",
+      applies = trains, edit = function(r) offload(r, { "params" }) end })
+  end
+  return out
+end
+
+-- The levers that change this run: the menu's and the layout's.
+function M.levers(run)
+  local out = {}
+  for _, list in ipairs({ M.MENU, M.layout_levers(run) }) do
+    for _, m in ipairs(list) do if m.applies(run) then out[#out + 1] = m end end
+  end
+  return out
+end
+
+local par = nil
+-- The run with `levers` applied in order, its layout read again from the
+-- edited parallel: table; nil and the reason when that is no run (the
+-- layout's own checks refuse it).
+function M.apply(run, levers)
+  local r = copy(run)
+  for _, m in ipairs(levers) do m.edit(r) end
+  if r.parallel then
+    par = par or require("stdlib.parallel")
+    local where = run.parallel and run.parallel.where or "fit"
+    local ok, L = pcall(function()
+      return par.check(par.read(r.parallel._spec, where, r), r, where)
+    end)
+    if not ok then
+      if type(L) ~= "table" then error(L, 0) end -- a bug, not a refusal
+      return nil, L.msg
+    end
+    r.parallel = L
+  end
+  return r
+end
+
 -- A lever must save at least this share of what the run needs without it:
 -- below 1 % a budget cannot tell it from nothing.
 M.MIN_SAVING = 0.01
@@ -122,25 +230,29 @@ M.SEARCH_SECONDS = 4
 -- Combinations of up to `depth` levers that apply to the run and fit the
 -- budget, cheapest first. Every lever in a combination must save memory
 -- in it (need with it at least MIN_SAVING below need without it, both
--- simulated), and a costlier
--- variant (`refines`: QLoRA over LoRA, every layer over every 2nd) must
--- save more than the variant it refines, so a knob that changes nothing is
--- never listed. Each entry: knobs, cost, need, saving (against the run as
--- given), notes, at_peak. Without `depth`: 3, or fewer when that many
--- simulations of this run would take over SEARCH_SECONDS of CPU (the
--- sandbox's default budget is 10 s); returned as the fourth value.
+-- simulated; a lever another one needs, ZeRO under optimizer offload, is
+-- checked through that one), and a costlier variant (`refines`: QLoRA over
+-- LoRA, every layer over every 2nd, ZeRO-3 over ZeRO-1 and 2) must save
+-- more than each variant it refines, so a knob that changes nothing is
+-- never listed. Each entry: knobs, levers (names), cost, need, saving
+-- (against the run as given), notes, at_peak. Without `depth`: 3, or fewer
+-- when that many simulations of this run would take over SEARCH_SECONDS of
+-- CPU (the sandbox's default budget is 10 s); returned as the fourth value.
 function M.knobs(run, budget, depth)
   local items, index = {}, {}
-  for _, m in ipairs(M.MENU) do
-    if m.applies(run) then items[#items + 1] = m; index[m.name] = #items end
-  end
+  for _, m in ipairs(M.levers(run)) do items[#items + 1] = m; index[m.name] = #items end
   local memo = {}
   local function need_of(mask)
     if not memo[mask] then
-      local r = copy(run)
-      for k, m in ipairs(items) do if mask & (1 << (k - 1)) ~= 0 then m.edit(r) end end
-      local need, st = M.need(r)
-      memo[mask] = { need = need, st = st }
+      local chosen = {}
+      for k, m in ipairs(items) do if mask & (1 << (k - 1)) ~= 0 then chosen[#chosen + 1] = m end end
+      local r = M.apply(run, chosen)
+      if r then
+        local need, st = M.need(r)
+        memo[mask] = { need = need, st = st }
+      else
+        memo[mask] = { invalid = true }
+      end
     end
     return memo[mask].need, memo[mask].st
   end
@@ -158,18 +270,21 @@ function M.knobs(run, budget, depth)
   local out = {}
   local function consider(mask)
     local need, st = need_of(mask)
-    if need > budget then return end
+    if not need or need > budget then return end
     local names, notes, cost = {}, {}, 0
     for k, m in ipairs(items) do
       if mask & (1 << (k - 1)) ~= 0 then
         local bit = 1 << (k - 1)
         local without = need_of(mask & ~bit)
-        if without - need < without * M.MIN_SAVING then return end -- k saves (next to) nothing
-        local plain = m.refines and index[m.refines]
-        if plain then -- the simpler variant in its place must need more
-          local pbit = 1 << (plain - 1)
-          local simpler = mask & pbit == 0 and need_of((mask & ~bit) | pbit)
-          if not simpler or simpler - need < simpler * M.MIN_SAVING then return end
+        if without and without - need < without * M.MIN_SAVING then return end -- saves (next to) nothing
+        for _, simpler_name in ipairs(m.refines or {}) do
+          local plain = index[simpler_name]
+          if plain then -- the simpler variant in its place must need more
+            local pbit = 1 << (plain - 1)
+            if mask & pbit ~= 0 then return end
+            local simpler = need_of((mask & ~bit) | pbit)
+            if simpler and simpler - need < simpler * M.MIN_SAVING then return end
+          end
         end
         names[#names + 1] = m.name
         notes[#notes + 1] = m.note
@@ -177,8 +292,8 @@ function M.knobs(run, budget, depth)
       end
     end
     out[#out + 1] = { knobs = #names > 0 and table.concat(names, " + ") or "as given",
-      cost = cost, need = need, saving = base - need, notes = table.concat(notes, "; "),
-      at_peak = st.at_peak }
+      levers = names, cost = cost, need = need, saving = base - need,
+      notes = table.concat(notes, "; "), at_peak = st.at_peak }
   end
   local function rec(start, mask, n)
     if n > 0 then consider(mask) end
@@ -193,7 +308,17 @@ function M.knobs(run, budget, depth)
     if a.need ~= b.need then return a.need < b.need end
     return a.knobs < b.knobs
   end)
-  return out, base, items, depth, memo[0].st.at_peak
+  -- the levers that change this run: those that make a run, alone or with
+  -- a partner (QLoRA under a layout never does)
+  local used = {}
+  for mask, m in pairs(memo) do
+    if not m.invalid then
+      for k = 1, #items do if mask & (1 << (k - 1)) ~= 0 then used[k] = true end end
+    end
+  end
+  local levers = {}
+  for k, m in ipairs(items) do if used[k] then levers[#levers + 1] = m end end
+  return out, base, levers, depth, memo[0].st.at_peak
 end
 
 return M

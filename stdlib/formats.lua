@@ -595,15 +595,18 @@ function M.load_run(path, a, registry)
 end
 
 -- fit, doctor and sweep: the run of FILE with the translation's notes
--- printed first (each line after prefix: "# " above a CSV); --explain prints
--- the spec and returns nil; a serving config is refused (estimate prices it).
-function M.command_run(path, a, registry, prefix)
+-- printed first (each line after prefix: "# " above a CSV; not printed when
+-- quiet: a --json caller carries them, M.json_notes); --explain prints the
+-- spec and returns nil; a serving config is refused (estimate prices it).
+function M.command_run(path, a, registry, prefix, quiet)
   local run, tr, doc = M.load_run(path, a, registry)
   if tr and a.explain then print(M.explain(tr)) return nil end
   if tr and tr.spec.serve and not tr.spec.serve.colocate then
     errors.usage(path .. " is a vLLM serving config: `vramlua estimate` prices it")
   end
-  if tr then print(prefix and (M.notes(tr):gsub("[^\n]+", prefix .. "%0")) or M.notes(tr)) end
+  if tr and not quiet then
+    print(prefix and (M.notes(tr):gsub("[^\n]+", prefix .. "%0")) or M.notes(tr))
+  end
   return run or require("stdlib.spec").normalize(doc, path, registry), tr
 end
 

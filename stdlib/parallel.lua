@@ -79,7 +79,7 @@ end
 function M.read(tbl, where, run)
   if tbl == nil then return nil end
   errors.keys(tbl, KEYS, where, "parallel.")
-  local lenient = {}
+  local given, lenient = tbl, {}
   if tbl.buckets ~= nil then
     errors.keys(tbl.buckets, BUCKETS, where, "parallel.buckets.")
     local flat = {}
@@ -212,6 +212,7 @@ function M.read(tbl, where, run)
     end
   end
   L.where = where
+  L._spec = given -- as written: `fit --knobs` edits it and reads it again
   return L
 end
 

@@ -7,7 +7,7 @@ local fit = require("stdlib.fit")
 
 local HELP = [[
 usage: vramlua fit SPEC --gpu NAME --vary batch|seq|lora_rank [--margin 5%] [--max N]
-       vramlua fit SPEC --gpu NAME --knobs [--html FILE]
+       vramlua fit SPEC --gpu NAME --knobs [--gpus N] [--json] [--html FILE]
        vramlua fit SPEC --gpu NAME --gpus N [--margin 5%]
 
 --vary: the largest value of the knob whose device total (allocator reserved
@@ -15,10 +15,13 @@ plus framework overhead) fits the GPU less the margin, found by searching the
 simulator; prints the need at that value and at the next one.
 --knobs: combinations of up to three levers (attention kernel, chunked
 cross-entropy, checkpointing policies, optimizer states, LoRA, QLoRA,
-micro-batching) that fit, cheapest first, each with its cost and the memory
-it saves; every saving is simulated, and a lever that saves nothing in a
-combination is never listed. --html FILE also writes one bar per
-combination.
+micro-batching; ZeRO stages, FSDP and CPU offload over the run's
+data-parallel ranks, or ZeRO-Offload on one GPU) that fit, cheapest first,
+each with its cost and the memory it saves; every saving is simulated, a
+lever the run already uses is not offered, and a lever that saves nothing
+in a combination is never listed. With --gpus N a spec without a parallel:
+table is taken as DDP over N GPUs, so sharding is offered. --json prints
+the same with exact bytes; --html FILE also writes one bar per combination.
 
 --gpus N (without --vary or --knobs): the layouts of N GPUs (dp x tp x pp x cp
 x ep, with DDP, ZeRO 1-3 or FSDP over the data-parallel ranks) whose every
@@ -27,7 +30,7 @@ table is replaced. With --vary or --knobs, a parallel: run is searched with
 its largest rank.]]
 
 local defaults, metavar = require("stdlib.formats").options({ help = false, gpu = "",
-  vary = "", knobs = false, max = "", margin = "", seq = 0, batch = 0, html = "" },
+  vary = "", knobs = false, max = "", margin = "", seq = 0, batch = 0, html = "", json = false },
   { gpu = "a NAME", vary = "a KNOB", margin = "a percentage", html = "a FILE" })
 local a = require("stdlib.args").parse({ ... }, defaults,
   { positional = 1, noun = "SPEC", metavar = metavar })
@@ -47,10 +50,26 @@ local layouts = not knob and not knobs and (a.gpus or 0) > 0
 if not knob and not knobs and not layouts then
   errors.usage("fit needs --vary KNOB, --knobs or --gpus N")
 end
-local run = require("stdlib.formats").command_run(path, a, require("models.registry"))
+if a.json and not knobs then errors.usage("fit --json goes with --knobs") end
+if knob and (a.gpus or 0) > 0 then errors.usage("fit --vary prices the spec's own layout: "
+  .. "give it a parallel: table instead of --gpus") end
+-- --json keeps stdout one JSON document: the translation's notes go to it
+local say = a.json and function() end or print
+local run, tr = require("stdlib.formats").command_run(path, a, require("models.registry"),
+  nil, a.json)
 if not run then return end
+if knobs and (a.gpus or 0) > 0 then -- the run as DDP over N GPUs, unless it says its layout
+  local par = require("stdlib.parallel")
+  if not run.parallel then
+    local where = path .. " (--gpus " .. a.gpus .. ")"
+    run.parallel = par.check(par.read({ dp = a.gpus }, where, run), run, where)
+  elseif run.parallel.world ~= a.gpus then
+    errors.usage(("--gpus %d differs from the spec's parallel: layout (world %d)"):format(a.gpus,
+      run.parallel.world))
+  end
+end
 local budget = math.floor(gpu.bytes * (1 - margin))
-print(("%s on %s: budget %s (%s less %.1f%% margin)"):format(path, gpu.name,
+say(("%s on %s: budget %s (%s less %.1f%% margin)"):format(path, gpu.name,
   vram.fmt(budget, "GiB"), vram.fmt(gpu.bytes, "GiB"), margin * 100))
 if layouts then
   local par = require("stdlib.parallel")
@@ -91,16 +110,36 @@ else
   local list, base, levers, depth, base_at_peak = fit.knobs(run, budget)
   local names = {}
   for _, m in ipairs(levers) do names[#names + 1] = m.name end
-  print(("as given: needs %s; levers that change this run: %s"):format(vram.fmt(base, "GiB"),
-    #names > 0 and table.concat(names, ", ") or "none"))
-  print(("combinations of up to %d levers, each simulated%s"):format(depth,
-    depth < 3 and " (fewer than 3: one simulation of this run is slow)" or ""))
-  if #list == 0 then print("no combination of these levers fits") end
-  print(("%3s %-56s %11s %11s %4s  %s"):format("", "knobs", "needs", "saves", "cost", "what it costs"))
-  for k, e in ipairs(list) do
-    if k > 12 then print(("... and %d more that fit"):format(#list - 12)) break end
-    print(("%2d. %-56s %11s %11s %4d  %s"):format(k, e.knobs, vram.fmt(e.need, "GiB"),
-      vram.fmt(e.saving, "GiB"), e.cost, e.notes))
+  local L = run.parallel
+  local layout = L and require("stdlib.parallel").layout_name({ dp = L.dp, tp = L.tp, pp = L.pp,
+    cp = L.cp, ep = L.ep, sequence_parallel = L.sp, zero = L.zero, fsdp = L.fsdp })
+  if a.json then
+    local combos = {}
+    for k, e in ipairs(list) do
+      -- levers: absent for the run as given (an empty table encodes as {})
+      combos[k] = { knobs = e.knobs, levers = #e.levers > 0 and e.levers or nil, need_bytes = e.need, saving_bytes = e.saving, cost = e.cost,
+        notes = e.notes }
+    end
+    print(vram.json.encode({ spec = path, gpu = gpu.name, budget_bytes = budget,
+      layout = layout, need_bytes = base, levers = names, depth = depth,
+      combinations = combos,
+      translation = tr and require("stdlib.formats").json_notes(tr) or nil }, true))
+  else
+    print(("as given%s: needs %s = %d B; %d levers change this run (listed below)"):format(
+      layout and (" (" .. layout .. ", largest rank)") or "", vram.fmt(base, "GiB"), base,
+      #levers))
+    print(("combinations of up to %d levers, each simulated%s"):format(depth,
+      depth < 3 and " (fewer than 3: one simulation of this run is slow)" or ""))
+    if #list == 0 then print("no combination of these levers fits") end
+    -- the knobs last (their names are long), what each costs once below
+    print(("%3s %11s %11s %4s  %s"):format("", "needs", "saves", "cost", "knobs"))
+    for k, e in ipairs(list) do
+      if k > 12 then print(("... and %d more that fit"):format(#list - 12)) break end
+      print(("%2d. %11s %11s %4d  %s"):format(k, vram.fmt(e.need, "GiB"),
+        vram.fmt(e.saving, "GiB"), e.cost, e.knobs))
+    end
+    print("levers that change this run (cost: what it costs)")
+    for _, m in ipairs(levers) do print(("  %s (%d: %s)"):format(m.name, m.cost, m.note)) end
   end
   if a.html then
     local bars = {}
@@ -115,6 +154,6 @@ else
     html.write(a.html, html.bars(path .. ": knobs that fit " .. gpu.name, bars, budget,
       "device total (tensors at the peak by category; grey: allocator rounding and context)",
       gpu.name .. " budget"))
-    print("html: wrote " .. a.html)
+    say("html: wrote " .. a.html)
   end
 end

@@ -156,6 +156,71 @@ t "--observed-kind is checked" 2 "must be allocated, reserved or nvidia-smi" \
 t "an observed figure below the estimate" 0 "nothing to explain" \
   '"$V" estimate small.yaml --observed 1000B --observed-kind allocated'
 
+# ---------------------------------------------------------------- knobs
+# fit --knobs --gpus 4 (the spec as DDP over 4 GPUs): every figure it prints
+# is checked against `estimate` of a spec written out by hand with that
+# lever, so the advice's savings are separate simulator runs
+K='model: { preset: qwen2_5_1_5b_instruct, overrides: { num_hidden_layers: 4 } }
+run: { batch: 4, seq: 512, attention: sdpa, optimizer: { name: adamw, state_dtype: fp32 } }'
+printf '%s\n' "$K" >"$D/knobs.yaml"
+printf '%s\nparallel: { dp: 4 }\n' "$K" >"$D/k_ddp.yaml"
+printf '%s\nparallel: { dp: 4, zero: 1 }\n' "$K" >"$D/k_z1.yaml"
+printf '%s\nparallel: { dp: 4, fsdp: full_shard }\n' "$K" >"$D/k_fsdp.yaml"
+printf '%s\nparallel: { dp: 4, zero: 1, offload: { optimizer: cpu } }\n' "$K" >"$D/k_z1off.yaml"
+sed 's/attention: sdpa,/attention: sdpa, loss: chunked,/' "$D/knobs.yaml" >"$D/k_chunk1.yaml"
+{ cat "$D/k_chunk1.yaml"; echo 'parallel: { dp: 4 }'; } >"$D/k_chunk.yaml"
+{ cat "$D/k_chunk1.yaml"; echo 'parallel: { dp: 4, zero: 1 }'; } >"$D/k_chunk_z1.yaml"
+cat >"$D/check_knobs.lua" <<'LUA'
+-- arg: knobs.json knobs.txt, then the estimates (--json) of the hand-written specs
+local k, txt = vram.json.load(arg[1]), vram.text.load(arg[2])
+local est = {}
+for i = 3, #arg do est[arg[i]:match("([%w_]+)%.json$")] = vram.json.load(arg[i]) end
+local bad = 0
+local function check(ok, what) if not ok then bad = bad + 1; print("FAILED: " .. what) end end
+local want = { ["chunked cross-entropy (1024 rows)"] = "k_chunk",
+  ["ZeRO-1 (optimizer states over 4 ranks)"] = "k_z1",
+  ["FSDP full_shard over 4 ranks"] = "k_fsdp",
+  ["ZeRO-1 (optimizer states over 4 ranks) + optimizer offload to CPU"] = "k_z1off",
+  ["chunked cross-entropy (1024 rows) + ZeRO-1 (optimizer states over 4 ranks)"] = "k_chunk_z1" }
+local base = est.k_ddp.device_total_bytes
+check(k.need_bytes == base, "as given = estimate of the spec with parallel: { dp: 4 }")
+check(k.layout == "dp4 ddp", "layout " .. tostring(k.layout))
+local seen = 0
+for _, c in ipairs(k.combinations) do
+  local e = want[c.knobs] and est[want[c.knobs]]
+  if e then
+    seen = seen + 1
+    check(c.need_bytes == e.device_total_bytes, c.knobs .. ": need")
+    check(c.saving_bytes == base - e.device_total_bytes, c.knobs .. ": saving")
+  end
+  check(c.knobs == "as given" or c.saving_bytes > 0, c.knobs .. " saves nothing")
+end
+check(seen == 5, "combinations checked: " .. seen)
+-- the terminal prints the same rows, in the same order, rounded
+check(txt:find(("needs [%%d.]+ GiB = %d B"):format(base)) ~= nil, "terminal: as given in bytes")
+local rows = 0
+for need, saves, cost, knobs in txt:gmatch("\n *%d+%. +([%d.]+) GiB +([%d.]+) GiB +(%d+)  ([^\n]+)") do
+  rows = rows + 1
+  local c = k.combinations[rows]
+  check(c and c.knobs == knobs and tonumber(cost) == c.cost, "row " .. rows .. ": " .. knobs)
+  check(c and ("%.2f"):format(c.need_bytes / 2^30) == need, "row " .. rows .. ": needs " .. need)
+  check(c and ("%.2f"):format(c.saving_bytes / 2^30) == saves, "row " .. rows .. ": saves " .. saves)
+end
+check(rows == math.min(12, #k.combinations), "terminal rows: " .. rows)
+print(bad == 0 and "knobs ok" or "knobs BAD")
+LUA
+t "fit --knobs: each saving is an estimate of the spec written with that lever" 0 "knobs ok" \
+  '"$V" fit knobs.yaml --gpu h100 --knobs --gpus 4 --json > k.json &&
+   "$V" fit knobs.yaml --gpu h100 --knobs --gpus 4 > k.txt || exit 1
+   for s in k_ddp k_z1 k_fsdp k_z1off k_chunk k_chunk_z1; do
+     "$V" estimate $s.yaml --json > $s.json || exit 2; done
+   "$V" run check_knobs.lua k.json k.txt k_ddp.json k_z1.json k_fsdp.json k_z1off.json \
+     k_chunk.json k_chunk_z1.json'
+t "fit --knobs --gpus must match the spec's layout" 2 "differs from the spec's parallel: layout (world 4)" \
+  '"$V" fit k_ddp.yaml --gpu h100 --knobs --gpus 8'
+t "fit --json needs --knobs" 2 "fit --json goes with --knobs" \
+  '"$V" fit knobs.yaml --gpu h100 --vary batch --json'
+
 # ---------------------------------------------------------------- markdown
 cat >"$D/check_md.lua" <<'LUA'
 -- arg: estimate.md estimate.json: every table row is the JSON breakdown

@@ -8,13 +8,13 @@ local fit = require("stdlib.fit")
 local root = vram.share_dir
 local tests = {}
 
-local function run_of(fields)
+local function run_of(fields, parallel)
   local r = { mode = "train", batch = 4, seq = 512, precision = { params = "bf16" },
     optimizer = { name = "adamw", state_dtype = "fp32" }, framework = "pytorch" }
   for k, v in pairs(fields or {}) do r[k] = v end
   return spec.normalize({ model = { preset = "qwen2_5_1_5b_instruct",
-    overrides = { num_hidden_layers = 4 } }, run = r }, root .. "/tests/lua/spec.yaml",
-    require("models.registry"))
+    overrides = { num_hidden_layers = 4 } }, run = r, parallel = parallel },
+    root .. "/tests/lua/spec.yaml", require("models.registry"))
 end
 
 local function names(list)
@@ -63,29 +63,40 @@ end
 -- Every member of every listed combination saves at least MIN_SAVING of
 -- what the combination needs without it: recomputed from scratch here by
 -- applying the menu's edits to copies of the run.
-function tests.every_lever_in_a_combination_saves_memory_in_it()
-  local base = run_of({})
+local function every_lever_saves(base)
   local by_name = {}
-  for _, m in ipairs(fit.MENU) do by_name[m.name] = m end
-  local function copy(t)
-    local c = {}
-    for k, v in pairs(t) do c[k] = type(v) == "table" and copy(v) or v end
-    return c
-  end
+  for _, m in ipairs(fit.levers(base)) do by_name[m.name] = m end
   local list = fit.knobs(base, BIG, 2)
   T.ok(#list > 5)
+  local enablers = 0
   for _, e in ipairs(list) do
-    if e.knobs ~= "as given" then
-      local parts = {}
-      for p in (e.knobs .. " + "):gmatch("(.-) %+ ") do parts[#parts + 1] = p end
-      for skip = 1, #parts do
-        local r = copy(base)
-        for k, p in ipairs(parts) do if k ~= skip then by_name[p].edit(r) end end
+    T.eq(e.need, fit.need(fit.apply(base, (function()
+      local ms = {}
+      for k, p in ipairs(e.levers) do ms[k] = by_name[p] end
+      return ms
+    end)())), e.knobs)
+    for skip = 1, #e.levers do
+      local rest = {}
+      for k, p in ipairs(e.levers) do if k ~= skip then rest[#rest + 1] = by_name[p] end end
+      local r = fit.apply(base, rest)
+      if r then
         local without = fit.need(r)
-        T.ok(without - e.need >= without * fit.MIN_SAVING, e.knobs .. ": " .. parts[skip])
+        T.ok(without - e.need >= without * fit.MIN_SAVING, e.knobs .. ": " .. e.levers[skip])
+      else -- the others are no run without it: ZeRO under optimizer offload
+        enablers = enablers + 1
       end
     end
   end
+  return enablers
+end
+
+function tests.every_lever_in_a_combination_saves_memory_in_it()
+  T.eq(every_lever_saves(run_of({})), 0, "on one GPU every lever stands alone")
+end
+
+function tests.every_lever_of_a_layout_combination_saves_memory_in_it()
+  T.ok(every_lever_saves(run_of({ attention = "sdpa" }, { dp = 4 })) > 0,
+    "offload needs a ZeRO stage beside it under DDP")
 end
 
 function tests.qlora_is_offered_only_where_it_saves_more_than_lora()
@@ -96,6 +107,110 @@ function tests.qlora_is_offered_only_where_it_saves_more_than_lora()
     if e.knobs == "QLoRA r=16 (q,k,v,o) on nf4 weights" then qlora = e.need end
   end
   T.ok(lora and qlora and qlora < lora, "nf4 weights save on top of LoRA in a decoder")
+end
+
+-- The data-parallel levers (issue 17): what a layout written out by hand
+-- needs, estimated on its own, is what the advice says the lever needs.
+local function by_knobs(list)
+  local t = {}
+  for _, e in ipairs(list) do t[e.knobs] = e end
+  return t
+end
+
+function tests.sharding_levers_need_what_the_layout_written_out_needs()
+  local fields = { attention = "sdpa" }
+  local list, base_need = fit.knobs(run_of(fields, { dp = 4 }), BIG)
+  T.eq(base_need, fit.need(run_of(fields, { dp = 4 })))
+  local got = by_knobs(list)
+  local want = {
+    ["ZeRO-1 (optimizer states over 4 ranks)"] = { dp = 4, zero = 1 },
+    ["ZeRO-3 (+ parameters over 4 ranks)"] = { dp = 4, zero = 3 },
+    ["FSDP full_shard over 4 ranks"] = { dp = 4, fsdp = "full_shard" },
+    ["ZeRO-1 (optimizer states over 4 ranks) + optimizer offload to CPU"] =
+      { dp = 4, zero = 1, offload = { optimizer = "cpu" } },
+    ["ZeRO-3 (+ parameters over 4 ranks) + optimizer offload to CPU + parameter offload to CPU (ZeRO-3)"] =
+      { dp = 4, zero = 3, offload = { optimizer = "cpu", params = "cpu" } },
+    ["FSDP full_shard over 4 ranks + optimizer offload to CPU"] =
+      { dp = 4, fsdp = "full_shard", offload = { optimizer = "cpu", params = "cpu" } },
+  }
+  local required = { ["ZeRO-1 (optimizer states over 4 ranks)"] = true,
+    ["FSDP full_shard over 4 ranks"] = true,
+    ["ZeRO-1 (optimizer states over 4 ranks) + optimizer offload to CPU"] = true }
+  local needs = {}
+  for name, par in pairs(want) do
+    local need = fit.need(run_of(fields, par))
+    needs[name] = need
+    if got[name] or required[name] then
+      T.eq(got[name] and got[name].need, need, name)
+      T.eq(got[name] and got[name].saving, base_need - need, name .. ": saving")
+      T.ok(need < base_need, name .. " saves memory")
+    end
+  end
+  -- ZeRO-3 alone is left out only where ZeRO-1 needs no more (the
+  -- gathered-parameter window outweighs the parameter shards in a
+  -- four-layer model): a costlier stage must beat a cheaper one
+  local z1, z3 = "ZeRO-1 (optimizer states over 4 ranks)", "ZeRO-3 (+ parameters over 4 ranks)"
+  if not got[z3] then
+    T.ok(needs[z1] - needs[z3] < needs[z1] * fit.MIN_SAVING, "ZeRO-3 left out: ZeRO-1 is as good")
+  end
+  T.ok(not got["optimizer offload to CPU"], "DDP offloads nothing without a ZeRO stage")
+end
+
+-- In the whole 28-layer model the parameter shards outweigh ZeRO-3's
+-- gathered window, and ZeRO-3 is offered on its own.
+function tests.zero3_is_offered_where_it_beats_the_cheaper_stages()
+  local function run28(parallel)
+    return spec.normalize({ model = { preset = "qwen2_5_1_5b_instruct" }, run = { mode = "train",
+      batch = 1, seq = 256, precision = { params = "bf16" }, attention = "sdpa",
+      optimizer = { name = "adamw", state_dtype = "fp32" } }, parallel = parallel },
+      root .. "/tests/lua/spec.yaml", require("models.registry"))
+  end
+  local got = by_knobs(fit.knobs(run28({ dp = 8 }), BIG, 1))
+  local name = "ZeRO-3 (+ parameters over 8 ranks)"
+  local z3 = fit.need(run28({ dp = 8, zero = 3 }))
+  T.eq(got[name] and got[name].need, z3, name)
+  for _, z in ipairs({ 1, 2 }) do
+    T.ok(fit.need(run28({ dp = 8, zero = z })) * (1 - fit.MIN_SAVING) > z3, "beats ZeRO-" .. z)
+  end
+end
+
+function tests.a_layout_lever_the_run_already_uses_is_never_offered()
+  local par = { dp = 4, zero = 3, offload = { optimizer = "cpu", params = "cpu" } }
+  local list = fit.knobs(run_of({ attention = "sdpa" }, par), BIG)
+  local all = names(list)
+  for _, w in ipairs({ "ZeRO", "FSDP", "offload" }) do
+    T.ok(not all:find(w, 1, true), w .. " is in effect already")
+  end
+  T.ok(#list > 1, "other levers remain")
+  local fsdp = fit.knobs(run_of({ attention = "sdpa" }, { dp = 4, fsdp = "full_shard" }), BIG)
+  all = names(fsdp)
+  T.ok(not all:find("ZeRO", 1, true) and not all:find("full_shard", 1, true), "FSDP already")
+  T.ok(all:find("FSDP CPU offload (parameters, gradients and optimizer)", 1, true),
+    "FSDP's own offload is offered")
+end
+
+function tests.one_gpu_gets_zero_offload_with_the_saving_of_that_layout()
+  local fields = { attention = "sdpa" }
+  local list, base_need = fit.knobs(run_of(fields), BIG, 1)
+  local got = by_knobs(list)
+  local name = "DeepSpeed ZeRO-Offload on one GPU (stage 2, optimizer on CPU)"
+  local need = fit.need(run_of(fields, { dp = 1, zero = 2, offload = { optimizer = "cpu" } }))
+  T.eq(got[name] and got[name].need, need, name)
+  T.ok(need < base_need, "offloading the optimizer saves on one GPU")
+  T.ok(not names(list):find("ZeRO-1", 1, true), "no sharding over one rank")
+end
+
+-- A layout cannot hold every-N-th checkpointing (stdlib/parallel.lua
+-- refuses it): no layout lever is offered to such a run, and no lever that
+-- the layout refuses is offered under a layout.
+function tests.levers_a_layout_refuses_are_not_offered()
+  local _, _, levers = fit.knobs(run_of({ grad_checkpointing = 2 }), BIG, 1)
+  for _, m in ipairs(levers) do T.ok(not m.layout, m.name .. " under every-2nd checkpointing") end
+  local _, _, under = fit.knobs(run_of({}, { dp = 2 }), BIG, 1)
+  for _, m in ipairs(under) do
+    T.ok(not m.name:find("QLoRA", 1, true) and not m.name:find("every 2nd", 1, true),
+      m.name .. " under a layout")
+  end
 end
 
 return tests
