@@ -58,6 +58,7 @@ local MODULES = {
   "test_parallel",
   "test_fit",
   "test_frameworks",
+  "test_answer",
 }
 
 local T = { passed = 0, failed = 0, tmpfile = nil }
