@@ -3,6 +3,7 @@ local decoder = require("models.decoder")
 local layers = require("stdlib.layers")
 local loss = require("stdlib.loss")
 local moe = require("stdlib.moe")
+local with = require("stdlib.run").with
 
 local F = {}
 
@@ -40,8 +41,7 @@ end
 local function decoder_run(run, m, train)
   local aux = m.moe and train and (run.moe and run.moe.aux_loss)
   if aux == nil then aux = m.moe and train and m.aux_loss end
-  return setmetatable({ moe_impl = F.moe_impl(run, m), router_logits = aux and {} or nil },
-    { __index = run })
+  return with(run, { moe_impl = F.moe_impl(run, m), router_logits = aux and {} or nil })
 end
 
 function F.build(S, run, pol)

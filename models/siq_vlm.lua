@@ -8,6 +8,7 @@ local classifier = require("models.siglip_classifier")
 local layers = require("stdlib.layers")
 local loss = require("stdlib.loss")
 local errors = require("stdlib.errors")
+local with = require("stdlib.run").with
 
 local F = {}
 
@@ -155,7 +156,7 @@ function F.forward_loss(S, P, run)
   local img_labels = S:new_tensor(B * P.n_img, "int64", "labels.image", false)
   local labels = S:new_tensor(B * seq, "int64", "labels.cat", false)
   S:drop(img_labels)
-  local r = setmetatable({ seq = seq }, { __index = run })
+  local r = with(run, { seq = seq })
   local h = decoder.forward(S, P.lm, emb, r)
   S:drop(emb)
   S:set_category("logits_loss")
@@ -172,7 +173,7 @@ end
 function F.forward_logits(S, P, run)
   local seq = run.seq + P.n_img
   local emb = embeds(S, P, run)
-  local r = setmetatable({ seq = seq }, { __index = run })
+  local r = with(run, { seq = seq })
   local h = decoder.forward(S, P.lm, emb, r)
   S:drop(emb)
   local logits = decoder.logits(S, P.lm, h, r)
@@ -185,7 +186,7 @@ end
 function F.generate(S, P, run)
   S.tape:phase("prefill")
   local emb = embeds(S, P, run)
-  local r = setmetatable({ seq = run.seq + P.n_img }, { __index = run })
+  local r = with(run, { seq = run.seq + P.n_img })
   for _, x in ipairs(P.side or {}) do S:drop(x) end
   P.side = nil
   causal.generate(S, P.lm, r, emb)

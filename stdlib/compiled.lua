@@ -11,6 +11,7 @@
 local vram = require("vram")
 local step = require("stdlib.step")
 local errors = require("stdlib.errors")
+local with = require("stdlib.run").with
 
 local M = {}
 
@@ -46,12 +47,10 @@ end
 function M.compile(run, where)
   local traces, names = {}, nil
   for i, p in ipairs(PROBES) do
-    local r = setmetatable({}, { __index = run })
-    for k, v in pairs(run) do r[k] = v end
-    r.batch, r.seq = p[1], p[2]
-    r.kernels_of = run.framework or "pytorch-cpu"
-    r.framework = "pytorch-cpu" -- exact bytes: the block rounding is applied at eval
-    r.trace = true
+    -- exact bytes (the block rounding is applied at eval), the run's own
+    -- kernels' buffers
+    local r = with(run, { batch = p[1], seq = p[2], kernels_of = run.framework,
+      framework = "pytorch-cpu", trace = true })
     local st = step.run(r)
     traces[i], names = st.trace, names or st.names
   end

@@ -28,13 +28,8 @@ M.KNOBS = {
   end,
 }
 
--- A run whose knobs can change without touching the original; the
--- simulator module (sim) is shared, not copied.
-local function copy(t)
-  local c = {}
-  for k, v in pairs(t) do c[k] = (type(v) == "table" and k ~= "sim") and copy(v) or v end
-  return c
-end
+-- A run whose knobs can change without touching the original.
+local copy = require("stdlib.run").copy
 
 -- Largest v in [1, limit] with need(run with knob=v) <= budget. Peaks grow
 -- with each knob, so doubling then bisection finds the exact boundary.

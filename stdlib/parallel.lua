@@ -270,11 +270,7 @@ function M.check(L, run, where)
   return L
 end
 
-local function copy(t)
-  local c = {}
-  for k, v in pairs(t) do c[k] = type(v) == "table" and copy(v) or v end
-  return c
-end
+local copy = require("stdlib.run").copy
 
 local function ceil_div(a, b) return (a + b - 1) // b end
 

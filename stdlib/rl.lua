@@ -13,9 +13,7 @@ local errors = require("stdlib.errors")
 
 local M = {}
 
-local function with(run, fields)
-  return setmetatable(fields, { __index = run })
-end
+local with = require("stdlib.run").with
 
 -- log-probs of the sampled tokens for a whole batch, without grad: logits,
 -- their fp32 log_softmax, the gathered (B, T) result kept.

@@ -159,8 +159,135 @@ function M.check_sizes(r, where)
   return r
 end
 
--- Image inputs of a VLM run: run.images = {count, width, height, max_pixels};
--- the family's processor rule (its image_tokens) turns them into tokens.
+-- The readers below each take one part of a spec's `run:` (field names as
+-- the user writes them) to the run table's fields (stdlib/run.lua).
+
+-- run.precision: parameters, compute dtype, fp32 masters under autocast.
+-- The spec's default is bf16 parameters computing in bf16.
+local function read_precision(prec, where)
+  check_keys(prec, { params = 1, compute = 1, master = 1, grads = 1, weights = 1,
+    forward_weights = 1, dequantize = 1 }, where, "run.precision.")
+  local pdt = dtype(where, "run.precision.params", prec.params, "bf16")
+  local mixed = prec.master ~= nil and prec.master ~= "none"
+  local compute = dtype(where, "run.precision.compute", prec.compute, pdt)
+  return { param_dtype = mixed and dtype(where, "run.precision.master", prec.master) or pdt,
+    dtype = compute, autocast = mixed and compute or nil }
+end
+
+-- run.optimizer: a name or { name, state_dtype, foreach, weight_decay,
+-- momentum_dtype }; stdlib/run.lua fills what follows from the run.
+local function read_optimizer(opt, trains, where)
+  if type(opt) == "string" then opt = { name = opt } end
+  check_keys(opt, { name = 1, state_dtype = 1, foreach = 1, weight_decay = 1,
+    momentum_dtype = 1 }, where, "run.optimizer.")
+  return {
+    name = one_of(where, "run.optimizer.name", opt.name, require("stdlib.optim").names,
+      trains and "adamw" or "none"),
+    foreach = opt.foreach,
+    weight_decay = opt.weight_decay,
+    state_dtype = dtype(where, "run.optimizer.state_dtype", opt.state_dtype),
+    momentum_dtype = dtype(where, "run.optimizer.momentum_dtype", opt.momentum_dtype),
+  }
+end
+
+-- run.grad_checkpointing: none | full | N (every N-th layer), and
+-- run.checkpoint_segment: segments of N layers recomputed together.
+local function read_checkpointing(run, rd, where)
+  local ckpt, every = run.grad_checkpointing or "none", nil
+  if math.type(ckpt) == "integer" and ckpt >= 1 then
+    ckpt, every = "full", ckpt
+  else
+    ckpt = one_of(where, "run.grad_checkpointing", ckpt, { "none", "full" }, "none")
+  end
+  if run.checkpoint_segment then return true, every, rd:int("checkpoint_segment") end
+  return ckpt == "full", every, nil
+end
+
+-- run.loss: an implementation name or { impl, chunk_rows }.
+local function read_loss(loss, where)
+  if type(loss) == "string" then loss = { impl = loss } end
+  check_keys(loss, { impl = 1, chunk_rows = 1 }, where, "run.loss.")
+  return one_of(where, "run.loss.impl", loss.impl, { "cross_entropy", "one_hot", "chunked",
+    "hf_legacy" }, "cross_entropy"), cfgutil.reader(loss, where, "run.loss."):int("chunk_rows", 1024)
+end
+
+-- run.rl (modes ppo and grpo): rollout, stored log-probs, minibatch steps
+-- (stdlib/rl.lua). The minibatch defaults to the whole batch; GRPO has no
+-- critic.
+local function read_rl(rl, mode, batch, where)
+  rl = rl or {}
+  check_keys(rl, { new_tokens = 1, minibatch = 1, reference = 1, value = 1 }, where, "run.rl.")
+  local rr = cfgutil.reader(rl, where, "run.rl.")
+  return { new_tokens = rr:int("new_tokens", 64), minibatch = rr:int("minibatch", batch),
+    reference = rr:bool("reference", true), value = rr:bool("value", mode == "ppo") }
+end
+
+-- run.lora: { rank, alpha (default 2 x rank), targets (default: the
+-- attention projections, stdlib/step.lua) }.
+local function read_lora(lo, where)
+  check_keys(lo, { rank = 1, alpha = 1, targets = 1 }, where, "run.lora.")
+  local lr = cfgutil.reader(lo, where, "run.lora.")
+  if lo.targets ~= nil and lo.targets ~= "all-linear" then
+    M.names(lo.targets, where, "run.lora.targets")
+  end
+  local r = lo.targets == nil and require("stdlib.step").default_lora(lr:int("rank"),
+    lr:num("alpha", 2 * lr:int("rank"))) or { r = lr:int("rank"),
+    alpha = lr:num("alpha", 2 * lr:int("rank")), targets = lo.targets }
+  r.where = where
+  return r
+end
+
+-- run.moe: how the experts run (stdlib/moe.lua), a capacity factor, and
+-- whether the router logits are kept for the auxiliary loss.
+local function read_moe(moe, where)
+  check_keys(moe, { impl = 1, capacity_factor = 1, aux_loss = 1 }, where, "run.moe.")
+  local mr = cfgutil.reader(moe, where, "run.moe.")
+  local cf = mr:num("capacity_factor", nil)
+  if cf and not (cf > 0 and cf <= 64) then
+    errors.input(where, "run.moe.capacity_factor", "must be in (0, 64], got " .. tostring(cf))
+  end
+  return { impl = one_of(where, "run.moe.impl", moe.impl, { "loop", "grouped", "dense" }),
+    capacity_factor = cf, aux_loss = mr:bool("aux_loss", nil) }
+end
+
+-- Packed weights: precision.weights (linear weights kept packed, nf4 for
+-- QLoRA, nvfp4, fp8, dequantized per matmul into the compute dtype),
+-- precision.forward_weights (a packed forward copy next to the trained
+-- parameters: seed 002's master weights), or a quantized checkpoint
+-- (config.json's quantization_config: its projections hold their stored
+-- format and scales, stdlib/quant.lua).
+local function read_quant(prec, r, cfg, path, where)
+  local q
+  if prec.weights then
+    local store = dtype(where, "run.precision.weights", prec.weights)
+    if store ~= r.param_dtype then q = { store = store, compute = r.dtype } end
+  end
+  if prec.forward_weights then
+    if prec.weights then
+      errors.input(where, "run.precision.forward_weights", "cannot be combined with weights")
+    end
+    q = { store = dtype(where, "run.precision.forward_weights", prec.forward_weights),
+      compute = r.dtype, master = true }
+  end
+  local qc = cfg.quantization_config or (cfg.text_config or {}).quantization_config
+  if qc ~= nil and not prec.dequantize then
+    if prec.weights or prec.forward_weights then
+      errors.input(where, "run.precision.weights", "the checkpoint is quantized "
+        .. "(quantization_config); set run.precision.dequantize: true to replace its format")
+    end
+    if r.mode == "train" and not r.lora then
+      errors.input(where, "run.lora", "a quantized checkpoint trains only through adapters in "
+        .. "transformers: add run.lora, or set run.precision.dequantize: true to train "
+        .. "dequantized weights")
+    end
+    local d = require("stdlib.quant").read(qc, path)
+    q = { ckpt = d, store = d.store, compute = r.dtype, dequant = d.method == "bitsandbytes" }
+  end
+  return q
+end
+
+-- run.images (VLMs): { count, width, height, max_pixels }; the family's
+-- processor rule (its image_tokens) turns them into tokens.
 local function read_images(images, where)
   images = images or {}
   check_keys(images, { count = 1, width = 1, height = 1, max_pixels = 1 }, where, "run.images.")
@@ -169,10 +296,33 @@ local function read_images(images, where)
     height = ir:int("height", 448), max_pixels = ir:int("max_pixels", nil, true) }
 end
 
--- The family's model description for the simulator, merged into the run.
--- text_only: a VLM's language model alone, on the simulator module's
+-- spec.model: the config (a path, folder, hub id or preset) with its
+-- overrides applied; text_only runs a VLM's language model alone.
+local function read_model(model, where, families, loaded)
+  check_keys(model, { config = 1, preset = 1, overrides = 1, text_only = 1 }, where, "model.")
+  local src = model.config or (model.preset and (model.preset .. ".json"))
+  if not src then errors.input(where, "model", "needs `config` (a path) or `preset` (a name)") end
+  local path, cfg
+  if loaded then
+    path, cfg = loaded.path, loaded.config
+  else
+    path, cfg = M.resolve(src, dirname(where), where, families)
+  end
+  cfg = cfgutil.strip_nulls(cfg)
+  if model.overrides ~= nil then
+    check_keys(model.overrides, setmetatable({}, { __index = function() return 1 end }), where,
+      "model.overrides.")
+  end
+  for k, v in pairs(model.overrides or {}) do
+    if cfg.text_config and cfg.text_config[k] ~= nil then cfg.text_config[k] = v else cfg[k] = v end
+  end
+  return path, cfg
+end
+
+-- The family's model description for the simulator: sim, text, vision,
+-- vlm. text_only: a VLM's language model alone, on the simulator module's
 -- text_only counterpart.
-local function describe_model(r, family, cfg, path, images, where, text_only)
+local function describe_model(family, cfg, path, images, where, text_only)
   local m = family.read(cfg, path)
   if not family.simulator then
     errors.input(path, "model_type", ("family '%s' has no simulator yet (`vramlua params` "
@@ -191,14 +341,34 @@ local function describe_model(r, family, cfg, path, images, where, text_only)
     errors.input(where, "run.images", ("family '%s' takes no images"):format(family.name))
   end
   local d = family.simulator(m, imgs)
-  if text_only then
-    r.sim, r.text = d.sim.text_only, d.text
-  else
-    r.sim, r.text, r.vision, r.vlm = d.sim, d.text, d.vision, d.vlm
-  end
-  return r
+  if text_only then return { sim = d.sim.text_only, text = d.text } end
+  return { sim = d.sim, text = d.text, vision = d.vision, vlm = d.vlm }
 end
 
+-- What the model allows of the run: bitsandbytes replaces every nn.Linear,
+-- the vision tower's included, unless llm_int8_skip_modules names it (the
+-- simulated towers are not quantized); run.moe needs experts, and its
+-- capacity factor goes into the description the simulator reads.
+local function check_model_run(f, path, where)
+  if f.vision and f.quant and f.quant.ckpt and f.quant.ckpt.method == "bitsandbytes" then
+    errors.input(path, "quantization_config", "bitsandbytes quantizes the vision tower too, "
+      .. "which is not modelled; set run.precision.dequantize: true, or price the language "
+      .. "model alone with model.text_only: true")
+  end
+  if f.moe then
+    if not (f.text and f.text.moe) then
+      errors.input(where, "run.moe", "the model has no mixture-of-experts layers")
+    end
+    if f.moe.capacity_factor then
+      local o = {}
+      for k, v in pairs(f.text.moe) do o[k] = v end
+      o.capacity_factor = f.moe.capacity_factor
+      f.text.moe = o
+    end
+  end
+end
+
+-- A run spec ({model, run, parallel}, or a measured case) to the run table.
 -- loaded: {path=, config=}, a model config already found (stdlib/resolve.lua)
 function M.normalize(spec, where, families, loaded)
   if type(families) ~= "table" or not families.find then
@@ -211,181 +381,40 @@ function M.normalize(spec, where, families, loaded)
   end
   check_keys(spec, { model = 1, run = 1, parallel = 1 }, where, "")
   local model = spec.model or errors.input(where, "model", "is required but missing")
-  check_keys(model, { config = 1, preset = 1, overrides = 1, text_only = 1 }, where, "model.")
-  local cfg
-  local src = model.config or (model.preset and (model.preset .. ".json"))
-  if not src then errors.input(where, "model", "needs `config` (a path) or `preset` (a name)") end
-  local path
-  if loaded then
-    path, cfg = loaded.path, loaded.config
-  else
-    path, cfg = M.resolve(src, dirname(where), where, families)
-  end
-  cfg = cfgutil.strip_nulls(cfg)
-  if model.overrides ~= nil then
-    check_keys(model.overrides, setmetatable({}, { __index = function() return 1 end }), where,
-      "model.overrides.")
-  end
-  for k, v in pairs(model.overrides or {}) do
-    if cfg.text_config and cfg.text_config[k] ~= nil then cfg.text_config[k] = v else cfg[k] = v end
-  end
+  local path, cfg = read_model(model, where, families, loaded)
   local run = spec.run or errors.input(where, "run", "is required but missing")
   check_keys(run, RUN_KEYS, where, "run.")
   local rd = cfgutil.reader(run, where, "run.")
   local mode = one_of(where, "run.mode", run.mode,
     { "train", "inference", "generate", "ppo", "grpo" }, "train")
+  local rl_mode = mode == "ppo" or mode == "grpo"
   local prec = run.precision or {}
-  check_keys(prec, { params = 1, compute = 1, master = 1, grads = 1, weights = 1,
-    forward_weights = 1, dequantize = 1 }, where, "run.precision.")
-  local pdt = dtype(where, "run.precision.params", prec.params, "bf16")
-  local master = prec.master
-  local mixed = master ~= nil and master ~= "none"
-  local opt = run.optimizer or {}
-  if type(opt) == "string" then opt = { name = opt } end
-  check_keys(opt, { name = 1, state_dtype = 1, foreach = 1, weight_decay = 1,
-    momentum_dtype = 1 }, where, "run.optimizer.")
-  local trains = mode == "train" or mode == "ppo" or mode == "grpo"
-  local oname = one_of(where, "run.optimizer.name", opt.name, require("stdlib.optim").names,
-    trains and "adamw" or "none")
-  -- none | full | N (every N-th layer)
-  local ckpt, ckpt_every = run.grad_checkpointing or "none", nil
-  if math.type(ckpt) == "integer" and ckpt >= 1 then
-    ckpt, ckpt_every = "full", ckpt
-  else
-    ckpt = one_of(where, "run.grad_checkpointing", ckpt, { "none", "full" }, "none")
-  end
-  local loss = run.loss or {}
-  if type(loss) == "string" then loss = { impl = loss } end
-  check_keys(loss, { impl = 1, chunk_rows = 1 }, where, "run.loss.")
+  local f = read_precision(prec, where)
+  f.optimizer = read_optimizer(run.optimizer or {}, mode == "train" or rl_mode, where)
+  f.ckpt, f.ckpt_every, f.ckpt_segment = read_checkpointing(run, rd, where)
+  f.loss, f.loss_chunk = read_loss(run.loss or {}, where)
   local frameworks = require("stdlib.frameworks")
-  local framework = one_of(where, "run.framework", run.framework, frameworks.NAMES,
+  f.framework = one_of(where, "run.framework", run.framework, frameworks.NAMES,
     frameworks.DEFAULT)
-  local r = {
-    batch = rd:int("batch"),
-    seq = rd:int("seq"),
-    grad_accum = rd:int("grad_accum", 1),
-    mode = mode,
-    generate_tokens = rd:int("generate_tokens", mode == "generate" and 1 or 0, false, 0),
-    param_dtype = mixed and dtype(where, "run.precision.master", master) or pdt,
-    dtype = dtype(where, "run.precision.compute", prec.compute, pdt),
-    autocast = mixed and dtype(where, "run.precision.compute", prec.compute, pdt) or nil,
-    ckpt = ckpt == "full",
-    ckpt_every = ckpt_every,
-    attention = one_of(where, "run.attention", run.attention, { "eager", "sdpa", "flash" },
-      "eager"),
-    loss = one_of(where, "run.loss.impl", loss.impl, { "cross_entropy", "one_hot", "chunked",
-      "hf_legacy" },
-      "cross_entropy"),
-    loss_chunk = cfgutil.reader(loss, where, "run.loss."):int("chunk_rows", 1024),
-    frozen = M.towers(run.freeze, where, "run.freeze"),
-    framework = framework,
-    gpu = run.gpu and require("stdlib.gpus").get(run.gpu, where, "run.gpu").id,
-    config_path = path,
-    optimizer = {
-      name = oname,
-      foreach = opt.foreach,
-      weight_decay = opt.weight_decay or (oname == "adamw" and 0.01 or 0),
-      state_dtype = dtype(where, "run.optimizer.state_dtype", opt.state_dtype),
-      momentum_dtype = dtype(where, "run.optimizer.momentum_dtype", opt.momentum_dtype),
-      -- Adam's step counters: host tensors on CUDA, device tensors on CPU
-      step_bytes = frameworks.get(framework).adam_step_bytes,
-    },
-  }
-  -- RL updates (stdlib/rl.lua): rollout, stored log-probs, minibatch steps
-  if mode == "ppo" or mode == "grpo" then
-    local rl = run.rl or {}
-    check_keys(rl, { new_tokens = 1, minibatch = 1, reference = 1, value = 1 }, where, "run.rl.")
-    local rr = cfgutil.reader(rl, where, "run.rl.")
-    r.rl = { new_tokens = rr:int("new_tokens", 64), minibatch = rr:int("minibatch", r.batch),
-      reference = rr:bool("reference", true), value = rr:bool("value", mode == "ppo") }
-    r.mode = "train"
-  end
-  if r.mode ~= "train" then r.optimizer.name = "none" end
-  if run.lora then
-    local lo = run.lora
-    check_keys(lo, { rank = 1, alpha = 1, targets = 1 }, where, "run.lora.")
-    local lr = cfgutil.reader(lo, where, "run.lora.")
-    if lo.targets ~= nil and lo.targets ~= "all-linear" then
-      M.names(lo.targets, where, "run.lora.targets")
-    end
-    r.lora = lo.targets == nil and require("stdlib.step").default_lora(lr:int("rank"),
-      lr:num("alpha", 2 * lr:int("rank"))) or { r = lr:int("rank"),
-      alpha = lr:num("alpha", 2 * lr:int("rank")), targets = lo.targets }
-    r.lora.where = where
-  end
-  -- precision.weights: linear weights kept packed (nf4 for QLoRA, nvfp4,
-  -- fp8) and dequantized per matmul into the compute dtype
-  if prec.weights then
-    local store = dtype(where, "run.precision.weights", prec.weights)
-    if store ~= r.param_dtype then r.quant = { store = store, compute = r.dtype } end
-  end
-  -- precision.forward_weights: a packed forward copy (NVFP4, fp8) next to
-  -- the trained parameters in `params` (seed 002's master weights)
-  if prec.forward_weights then
-    if prec.weights then
-      errors.input(where, "run.precision.forward_weights", "cannot be combined with weights")
-    end
-    r.quant = { store = dtype(where, "run.precision.forward_weights", prec.forward_weights),
-      compute = r.dtype, master = true }
-  end
-  -- MoE: how the experts run (stdlib/moe.lua), a capacity factor, and
-  -- whether the router logits are kept for the auxiliary loss
-  if run.moe ~= nil then
-    check_keys(run.moe, { impl = 1, capacity_factor = 1, aux_loss = 1 }, where, "run.moe.")
-    local mr = cfgutil.reader(run.moe, where, "run.moe.")
-    local cf = mr:num("capacity_factor", nil)
-    if cf and not (cf > 0 and cf <= 64) then
-      errors.input(where, "run.moe.capacity_factor", "must be in (0, 64], got " .. tostring(cf))
-    end
-    r.moe = { impl = one_of(where, "run.moe.impl", run.moe.impl, { "loop", "grouped", "dense" }),
-      capacity_factor = cf, aux_loss = mr:bool("aux_loss", nil) }
-  end
-  -- a quantized checkpoint (config.json's quantization_config): its
-  -- projections hold their stored format and scales (stdlib/quant.lua)
-  local qc = cfg.quantization_config or (cfg.text_config or {}).quantization_config
-  if qc ~= nil and not prec.dequantize then
-    if prec.weights or prec.forward_weights then
-      errors.input(where, "run.precision.weights", "the checkpoint is quantized "
-        .. "(quantization_config); set run.precision.dequantize: true to replace its format")
-    end
-    if r.mode == "train" and not r.lora then
-      errors.input(where, "run.lora", "a quantized checkpoint trains only through adapters in "
-        .. "transformers: add run.lora, or set run.precision.dequantize: true to train "
-        .. "dequantized weights")
-    end
-    local d = require("stdlib.quant").read(qc, path)
-    r.quant = { ckpt = d, store = d.store, compute = r.dtype,
-      dequant = d.method == "bitsandbytes" }
-  end
-  if run.checkpoint_segment then
-    r.ckpt, r.ckpt_segment = true, rd:int("checkpoint_segment")
-  end
-  r.hf_config = cfg
-  -- model.text_only: the language model of a VLM config alone (its
-  -- text_config), as when a VLM's LLM is trained on text
+  f.batch, f.seq, f.grad_accum = rd:int("batch"), rd:int("seq"), rd:int("grad_accum", 1)
+  f.mode = rl_mode and "train" or mode
+  f.generate_tokens = rd:int("generate_tokens", mode == "generate" and 1 or 0, false, 0)
+  f.attention = one_of(where, "run.attention", run.attention, { "eager", "sdpa", "flash" },
+    "eager")
+  f.frozen = M.towers(run.freeze, where, "run.freeze")
+  f.gpu = run.gpu and require("stdlib.gpus").get(run.gpu, where, "run.gpu").id
+  f.config_path, f.hf_config = path, cfg
+  if rl_mode then f.rl = read_rl(run.rl, mode, f.batch, where) end
+  if run.lora then f.lora = read_lora(run.lora, where) end
+  if run.moe ~= nil then f.moe = read_moe(run.moe, where) end
+  f.quant = read_quant(prec, f, cfg, path, where)
   local text_only = cfgutil.reader(model, where, "model."):bool("text_only", false)
   local family, typed = families.find(cfg, path)
-  describe_model(r, family, typed, path, run.images, where, text_only)
-  if r.vision and r.quant and r.quant.ckpt and r.quant.ckpt.method == "bitsandbytes" then
-    -- bitsandbytes replaces every nn.Linear, the vision tower's included,
-    -- unless llm_int8_skip_modules names it; the simulated towers are not
-    -- quantized
-    errors.input(path, "quantization_config", "bitsandbytes quantizes the vision tower too, "
-      .. "which is not modelled; set run.precision.dequantize: true, or price the language "
-      .. "model alone with model.text_only: true")
+  for k, v in pairs(describe_model(family, typed, path, run.images, where, text_only)) do
+    f[k] = v
   end
-  if r.moe then
-    if not (r.text and r.text.moe) then
-      errors.input(where, "run.moe", "the model has no mixture-of-experts layers")
-    end
-    if r.moe.capacity_factor then
-      -- the description the simulator reads carries the run's capacity
-      local o = {}
-      for k, v in pairs(r.text.moe) do o[k] = v end
-      o.capacity_factor = r.moe.capacity_factor
-      r.text.moe = o
-    end
-  end
+  check_model_run(f, path, where)
+  local r = require("stdlib.run").new(f)
   -- multi-GPU layouts (stdlib/parallel.lua)
   if spec.parallel ~= nil then
     local par = require("stdlib.parallel")

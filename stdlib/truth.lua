@@ -1,6 +1,6 @@
 -- The measured-case dialect of the run spec (tests/truth/cases_public.json):
 -- {id, family = decoder|vit|vlm, config, run}. `normalize` turns a case into
--- the run table stdlib/step.lua simulates. families: the model registry
+-- the run table (stdlib/run.lua) that stdlib/step.lua simulates. families: the model registry
 -- (models/registry.lua), whose truth(name) gives the case's simulator module.
 local errors = require("stdlib.errors")
 
@@ -34,11 +34,10 @@ function M.normalize(case, where, families)
   local mixed = run.precision_mode == "mixed"
   local opt = run.optimizer or "adamw"
   local gen = run.generate_tokens or 0
-  local r = {
+  local f = {
     id = case.id,
     sim = sim,
-    -- measured with PyTorch on CPU: exact bytes, no device context (step.lua,
-    -- report.lua and compiled.lua all read this field)
+    -- measured with PyTorch on CPU: exact bytes, no device context
     framework = "pytorch-cpu",
     batch = batch,
     seq = seq,
@@ -51,28 +50,23 @@ function M.normalize(case, where, families)
     loss = ({ one_hot = "one_hot", legacy_shift = "hf_legacy" })[run.loss_variant]
       or "cross_entropy",
     frozen = run.frozen or {},
-    optimizer = {
-      name = opt,
-      foreach = run.foreach,
-      weight_decay = run.weight_decay or (opt == "adamw" and 0.01 or 0),
-      step_bytes = 4, -- Adam's step counter is a 4-byte tensor per parameter
-    },
+    optimizer = { name = opt, foreach = run.foreach, weight_decay = run.weight_decay },
     -- the cases were measured on torch 1.13, whose autograd engine sums a
     -- second gradient for the same tensor out of place; torch >= 2.0 adds in
     -- place when it holds the last reference
     grad_sum = "out_of_place",
   }
   if run.lora then
-    r.lora = { r = run.lora.r, alpha = run.lora.alpha, targets = run.lora.targets }
+    f.lora = { r = run.lora.r, alpha = run.lora.alpha, targets = run.lora.targets }
   end
   -- QLoRA cases (tests/truth/cases_qlora.json): bitsandbytes nf4 linears
   -- computing in the model dtype, the head unquantized
   if run.quant then
-    r.quant = { store = run.quant.double_quant and "nf4_dq" or "nf4", compute = dt }
+    f.quant = { store = run.quant.double_quant and "nf4_dq" or "nf4", compute = dt }
   end
   local d = sim.case(cfg, where)
-  r.text, r.vision, r.vlm = d.text, d.vision, d.vlm
-  return r
+  f.text, f.vision, f.vlm = d.text, d.vision, d.vlm
+  return require("stdlib.run").new(f)
 end
 
 -- Whether the simulator models the case yet: the registry has a simulator

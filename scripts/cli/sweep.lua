@@ -61,7 +61,7 @@ for _, b in ipairs(batches) do
           .. "can overflow int64"):format(flag, v, limit))
       end
     end
-    spec.check_sizes(setmetatable({ batch = b, seq = t }, { __index = run }),
+    spec.check_sizes(require("stdlib.run").with(run, { batch = b, seq = t }),
       ("%s at batch %d, seq %d"):format(path, b, t))
   end
 end

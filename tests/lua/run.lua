@@ -45,6 +45,7 @@
 local MODULES = {
   "test_vram",
   "test_json_yaml",
+  "test_run",
   "test_simulator",
   "test_adapters",
   "test_recipes",

@@ -1,0 +1,100 @@
+-- The run table (stdlib/run.lua): one constructor whose defaults every
+-- reader shares. Expected values are the documented defaults and PyTorch's
+-- (torch.optim.AdamW weight_decay=0.01; Adam's step counter a 4-byte float32
+-- tensor on the device under CPU, a host scalar with CUDA's capturable=False).
+local vram = require("vram")
+local R = require("stdlib.run")
+local spec = require("stdlib.spec")
+local truth = require("stdlib.truth")
+local registry = require("models.registry")
+
+local root = vram.share_dir
+local here = root .. "/tests/lua/spec.yaml"
+local SIM = { takes_text = true }
+local function bare(over)
+  local f = { sim = SIM, batch = 2, seq = 8, param_dtype = "fp32", dtype = "fp32" }
+  for k, v in pairs(over or {}) do f[k] = v end
+  return R.new(f)
+end
+
+local tests = {}
+
+function tests.every_field_has_a_description()
+  for name, f in pairs(R.FIELDS) do
+    T.ok(type(f[1]) == "string" and #f[1] > 0, name .. " is described")
+  end
+end
+
+function tests.a_bare_run_gets_the_documented_defaults()
+  local r = bare()
+  T.eq(r.mode, "train")
+  T.eq(r.grad_accum, 1)
+  T.eq(r.generate_tokens, 0)
+  T.eq(r.ckpt, false)
+  T.eq(r.attention, "eager")
+  T.eq(r.loss, "cross_entropy")
+  T.eq(r.loss_chunk, 1024)
+  T.eq(r.frozen, {})
+  T.eq(r.framework, "pytorch")
+  T.eq(r.optimizer, { name = "adamw", weight_decay = 0.01, step_bytes = 0 })
+  T.ok(bare().frozen ~= r.frozen, "each run gets its own frozen list")
+end
+
+function tests.the_optimizer_follows_the_mode_and_the_framework()
+  T.eq(bare({ framework = "pytorch-cpu" }).optimizer.step_bytes, 4)
+  T.eq(bare({ framework = "jax" }).optimizer.step_bytes, 0)
+  T.eq(bare({ optimizer = { name = "sgd" } }).optimizer.weight_decay, 0)
+  T.eq(bare({ optimizer = { name = "adamw", weight_decay = 0.1 } }).optimizer.weight_decay, 0.1)
+  local inf = bare({ mode = "inference", optimizer = { name = "adamw" } })
+  T.eq(inf.optimizer.name, "none")
+end
+
+function tests.unknown_and_missing_fields_are_the_callers_error()
+  T.raises(function() bare({ batch_size = 4 }) end, "unknown field 'batch_size'")
+  T.raises(function() R.new({ sim = SIM, seq = 8, param_dtype = "fp32", dtype = "fp32" }) end,
+    "field 'batch' is required")
+  T.raises(function() R.new({ sim = SIM, batch = 1, param_dtype = "fp32", dtype = "fp32" }) end,
+    "field 'seq' is required")
+  T.ok(R.new({ sim = { takes_text = false }, batch = 1, param_dtype = "fp32", dtype = "fp32" }),
+    "a ViT runs without seq")
+  T.raises(function() R.with(bare(), { sequence = 4 }) end, "unknown field 'sequence'")
+end
+
+function tests.a_derived_run_leaves_the_original_alone()
+  local r = bare({ text = { heads = 8 } })
+  local w = R.with(r, { seq = 16 })
+  T.eq(w.seq, 16)
+  T.eq(r.seq, 8)
+  T.ok(w.text == r.text, "with: a shallow copy")
+  local c = R.copy(r)
+  c.text.heads = 4
+  c.optimizer.name = "sgd"
+  T.eq(r.text.heads, 8)
+  T.eq(r.optimizer.name, "adamw")
+  T.ok(c.sim == r.sim, "copy: the simulator module is shared")
+end
+
+-- One default for both dialects: a spec that names no framework is the
+-- constructor's default; a measured case is a CPU run, and its Adam step
+-- counters are the same 4-byte device tensors a spec on pytorch-cpu gets.
+function tests.specs_and_truth_cases_share_the_constructor()
+  local function s(fw)
+    return spec.normalize({ model = { preset = "qwen2_5_1_5b_instruct",
+      overrides = { num_hidden_layers = 1 } }, run = { batch = 1, seq = 8, framework = fw } },
+      here, registry)
+  end
+  T.eq(s(nil).framework, R.FIELDS.framework[2])
+  T.eq(s(nil).optimizer.step_bytes, 0)
+  T.eq(s("pytorch-cpu").optimizer.step_bytes, 4)
+  local cases = vram.json.load(root .. "/tests/truth/cases_public.json")
+  for _, c in ipairs(cases) do
+    if truth.supported(c, registry) then
+      local r = truth.normalize(c, nil, registry)
+      T.eq(r.framework, "pytorch-cpu", c.id)
+      if r.optimizer.name == "adamw" then T.eq(r.optimizer.step_bytes, 4, c.id) end
+      for k in pairs(r) do T.ok(R.FIELDS[k], c.id .. ": field " .. k .. " is documented") end
+    end
+  end
+end
+
+return tests
