@@ -12,6 +12,7 @@ local vram = require("vram")
 local step = require("stdlib.step")
 local errors = require("stdlib.errors")
 local with = require("stdlib.run").with
+local frameworks = require("stdlib.frameworks")
 
 local M = {}
 
@@ -50,11 +51,11 @@ function M.compile(run, where)
     -- exact bytes (the block rounding is applied at eval), the run's own
     -- kernels' buffers
     local r = with(run, { batch = p[1], seq = p[2], kernels_of = run.framework,
-      framework = "pytorch-cpu", trace = true })
+      framework = frameworks.EXACT, trace = true })
     local st = step.run(r)
     traces[i], names = st.trace, names or st.names
   end
-  local alloc = require("stdlib.frameworks").of(run, "pytorch-cpu").allocator
+  local alloc = frameworks.of(run).allocator
   local prog, why = vram.fit_program(traces, names, alloc and alloc.round or 0)
   if not prog then errors.input(where, "", "this run cannot be compiled: " .. why) end
   return setmetatable({ prog = prog, run = run }, Est)

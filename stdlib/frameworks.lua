@@ -22,7 +22,7 @@ local M = {}
 
 M.NAMES = { "pytorch", "pytorch-cpu", "jax", "torchsharp" }
 M.DEFAULT = "pytorch"      -- a run spec that names none
-M.EXACT = "pytorch-cpu"    -- a bare simulation (truth cases, probes): exact bytes
+M.EXACT = "pytorch-cpu"    -- a compiled estimate's probes: exact bytes
 
 local FILES = { pytorch = "pytorch", ["pytorch-cpu"] = "pytorch_cpu", jax = "jax",
   torchsharp = "torchsharp" }
@@ -43,8 +43,8 @@ function M.get(name)
   return p
 end
 
--- The profile of a run; `default` when the run names none.
-function M.of(run, default) return M.get(run.framework or default or M.DEFAULT) end
+-- The profile of a run (stdlib/run.lua gives every run its framework).
+function M.of(run) return M.get(run.framework) end
 
 -- Bytes of the device the step may allocate from: the whole device, or the
 -- pool a preallocating framework takes.

@@ -92,15 +92,13 @@ M.trainable = trainable_params
 -- family: a table with build(S, run, pol) -> model and
 -- forward_loss / forward_logits / generate functions.
 
--- A simulator with the run's allocator profile (stdlib/frameworks/); a bare
--- simulation that names no framework counts exact bytes, as on the CPU.
+-- A simulator with the run's allocator profile (stdlib/frameworks/).
 function M.new_sim(run)
-  local alloc = frameworks.of(run, frameworks.EXACT).allocator
+  local alloc = frameworks.of(run).allocator
   local S = Sim.new({ round = alloc and alloc.round })
   -- CPU kernels' own buffers follow the run's framework, also in a
   -- compiled-estimate probe (which counts exact bytes as pytorch-cpu)
-  S.cpu = frameworks.get(run.kernels_of or run.framework or frameworks.EXACT).cpu_kernels
-    or false
+  S.cpu = frameworks.get(run.kernels_of or run.framework).cpu_kernels or false
   S.general_sizes = run.trace and true or nil
   S.sum_out_of_place = run.grad_sum == "out_of_place" -- torch < 2.0 (stdlib/truth.lua)
   if alloc then S.tape:rounding(alloc.round, alloc.small_max, alloc.large_round) end
