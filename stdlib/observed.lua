@@ -104,10 +104,47 @@ M.CAUSES = {
     end },
 }
 
+-- The layout's own causes: a ZeRO/FSDP or offload setting that did not
+-- take (a DeepSpeed config the launcher never read is the usual story).
+-- The flip keeps the layout and drops the sharding knobs with it.
+local LAYOUT_KEYS = { dp = 1, tp = 1, pp = 1, cp = 1, ep = 1, sequence_parallel = 1,
+  pp_schedule = 1, virtual_stages = 1, microbatches = 1, world_size = 1, gpus_per_node = 1 }
+M.CAUSES[#M.CAUSES + 1] = { id = "sharding_not_applied",
+  short = "sharding that did not take (this run shards nothing)",
+  label = function(_, run) return ("%s not in effect: every rank holds whole gradients, "
+    .. "optimizer states and parameters (plain DDP)"):format(run.parallel.zero > 0
+      and ("ZeRO-" .. run.parallel.zero) or ("FSDP " .. run.parallel.fsdp)) end,
+  applies = function(_, run) local L = run.parallel
+    return L ~= nil and (L.zero > 0 or (L.fsdp ~= nil and L.fsdp ~= "no_shard")) end,
+  flip = function(doc)
+    local p, kept = doc.parallel, {}
+    for k, v in pairs(p) do if LAYOUT_KEYS[k] then kept[k] = v end end
+    if p.dp_shard or p.dp_replicate then kept.dp = (p.dp_shard or 1) * (p.dp_replicate or 1) end
+    doc.parallel = kept
+  end }
+M.CAUSES[#M.CAUSES + 1] = { id = "offload_not_applied",
+  short = "offload that did not take (this run offloads nothing)",
+  label = function(_, run) local o = run.parallel.offload
+    return ("CPU offload not in effect (optimizer: %s, parameters: %s as configured): their "
+      .. "states stay on the GPU"):format(o.optimizer, o.params) end,
+  applies = function(_, run) local L = run.parallel
+    return L ~= nil and (L.offload.optimizer ~= "none" or L.offload.params ~= "none") end,
+  flip = function(doc) doc.parallel.offload = nil end }
+
+-- The figure of `kind` for the spec: one device's, or under a layout the
+-- largest over the ranks (the GPU that runs out first), with that rank.
 local function measure(doc, path, kind, gpu, families)
   local run = spec.normalize(doc, path, families)
+  local field = M.KINDS[kind].field
+  if run.parallel then
+    local top
+    for _, e in ipairs(require("stdlib.parallel").budget(run, gpu).per_rank) do
+      if not top or e[field] > top[field] then top = e end
+    end
+    return top[field], { param_count = top.param_count, rank = top }, run
+  end
   local st = step.run(run)
-  return report.budget(st, run, gpu)[M.KINDS[kind].field], st, run
+  return report.budget(st, run, gpu)[field], st, run
 end
 
 -- The checkpoint's dtype (config torch_dtype), for the load-time copy.
@@ -129,7 +166,8 @@ function M.reconcile(o)
   local base, st, run = measure(copy(doc), o.path, kind, o.gpu, o.families)
   local each = os.clock() - t0
   local r = { observed = o.observed, kind = kind, what = M.KINDS[kind].what, estimate = base,
-    gap = o.observed - base, causes = {}, not_applicable = {}, framework = run.framework }
+    gap = o.observed - base, causes = {}, not_applicable = {}, framework = run.framework,
+    rank = st.rank and { role = st.rank.role, ranks = st.rank.ranks } }
   for _, c in ipairs(M.CAUSES) do
     if c.applies(doc, run) then
       local d = copy(doc)
@@ -147,9 +185,9 @@ function M.reconcile(o)
   local ckdt = TORCH_DTYPES[(run.hf_config or {}).torch_dtype or ""]
   if ckdt then
     r.causes[#r.causes + 1] = { id = "load_time_copy", bytes = vram.bytes(ckdt, st.param_count),
-      label = ("the checkpoint's raw tensors (%d parameters in %s) kept after the parameters "
+      label = ("the checkpoint's raw tensors (%d parameters in %s%s) kept after the parameters "
         .. "were built from them (a load-time double copy never released)")
-        :format(st.param_count, ckdt) }
+        :format(st.param_count, ckdt, st.rank and ", the model this rank holds" or "") }
   end
   if require("stdlib.frameworks").of(run).prealloc then
     r.not_applicable[#r.not_applicable + 1] = "preallocation (already in the device total: XLA's 75%)"
@@ -239,7 +277,7 @@ function M.data(r)
       combos[#combos + 1] = { causes = c.members, bytes = c.bytes, remainder_bytes = c.remainder }
     end
   end
-  return { observed_bytes = r.observed, kind = r.kind, compared_with = r.what,
+  return { observed_bytes = r.observed, kind = r.kind, compared_with = r.what, rank = r.rank,
     estimate_bytes = r.estimate, difference_bytes = r.gap, causes = causes,
     closest_combinations = combos, not_applicable = r.not_applicable,
     no_effect = (function()
@@ -256,8 +294,9 @@ end
 function M.text(r)
   local out = {}
   local function add(s) out[#out + 1] = s end
-  add(("observed: %s (%s), compared with the estimate's %s"):format(both(r.observed), r.kind,
-    r.what))
+  add(("observed: %s (%s), compared with the estimate's %s%s"):format(both(r.observed), r.kind,
+    r.what, r.rank and (" on the rank that sets it (%s, ranks %s)"):format(r.rank.role,
+      r.rank.ranks) or ""))
   local sign = r.gap >= 0 and "+" or "-"
   add(("estimate: %s; difference: %s%s = %s%s [%d B]"):format(both(r.estimate), sign,
     vram.fmt(math.abs(r.gap), "GiB"), sign, vram.fmt(math.abs(r.gap), "GB"), r.gap))

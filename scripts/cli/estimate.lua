@@ -73,10 +73,8 @@ else
   doc = require("stdlib.inputs").pick_case(doc, path, case_id, "--case")
 end
 run = run or spec.normalize(doc, path, require("models.registry"))
--- the reconciliation flips knobs of the run spec as written, one device's
-if seen and run.parallel then
-  errors.usage("--observed compares one device's run; this spec is split over ranks (parallel:)")
-end
+-- the reconciliation flips knobs of the run spec as written; under a
+-- layout it compares with the rank whose figure is largest
 local rec = seen and observed.reconcile({ doc = not tr and doc or nil, path = path,
   observed = seen, kind = a.observed_kind, gpu = gpu, families = require("models.registry") })
 run.timeline = fmt == nil or fmt == "markdown" or a.html ~= nil -- drawn, not in JSON/CSV

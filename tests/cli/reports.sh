@@ -145,6 +145,54 @@ t "--observed sizes each cause with the simulator (seed 002)" 0 "observed json o
    "$V" run check_observed.lua o.json p.json f.json t.json'
 t "--observed answers seed 002 in the terminal" 0 "combinations closest to the observed figure" \
   '"$V" estimate "$TH" --observed 80GB --observed-kind nvidia-smi'
+# a layout: the observed figure is one GPU's, compared with the rank whose
+# figure of that kind is largest; the layout's own causes (sharding or
+# offload that did not take) are sized by estimating the spec without them
+Z3="$S/examples/specs/mistral_small_24b_zero3_8gpu.yaml"
+P3="$S/examples/specs/qwen2_5_7b_tp2_pp2_dp2.yaml"
+FO="$S/examples/specs/qwen3_4b_fsdp_cpu_offload.yaml"
+export Z3 P3 FO
+grep -vE '^ *(zero|reduce_bucket_size|stage3_[a-z_]+): ' "$Z3" >"$D/z3_ddp.yaml"
+grep -v '^ *offload: ' "$FO" >"$D/fsdp_no_offload.yaml"
+cat >"$D/check_ranks.lua" <<'LUA'
+-- arg: observed(z3).json z3.json z3_ddp.json observed(pp, allocated).json pp.json
+--      observed(fsdp offload).json fsdp.json fsdp_no_offload.json
+local oz, ez, ed = vram.json.load(arg[1]), vram.json.load(arg[2]), vram.json.load(arg[3])
+local op, ep = vram.json.load(arg[4]), vram.json.load(arg[5])
+local of, ef, en = vram.json.load(arg[6]), vram.json.load(arg[7]), vram.json.load(arg[8])
+local bad = 0
+local function check(ok, what) if not ok then bad = bad + 1; print("FAILED: " .. what) end end
+local function cause(o, id)
+  for _, c in ipairs(o.observed.causes) do if c.id == id then return c end end
+  for _, c in ipairs(o.observed.no_effect) do if c.id == id then return c end end
+end
+check(oz.observed.estimate_bytes == ez.device_total_bytes, "zero-3: the largest rank's device total")
+local s = cause(oz, "sharding_not_applied")
+check(s and s.bytes == ed.device_total_bytes - ez.device_total_bytes,
+  "sharding not applied = the spec without zero, estimated on its own")
+-- pipeline stages differ: allocated is compared with the stage whose
+-- tensors peak highest, named
+local top
+for _, r in ipairs(ep.per_rank) do if not top or r.peak_bytes > top.peak_bytes then top = r end end
+check(op.observed.estimate_bytes == top.peak_bytes, "pp: the largest rank's tensors allocated")
+check(op.observed.rank and op.observed.rank.ranks == top.ranks, "pp: names the rank")
+check(#ep.per_rank == 2 and ep.per_rank[1].peak_bytes ~= ep.per_rank[2].peak_bytes,
+  "the stages differ (the case is a real choice)")
+local f = cause(of, "offload_not_applied")
+check(f and f.bytes == en.device_total_bytes - ef.device_total_bytes,
+  "offload not applied = the spec without offload, estimated on its own")
+print(bad == 0 and "ranks ok" or "ranks BAD")
+LUA
+t "--observed on a layout compares with the rank that sets the peak" 0 "ranks ok" \
+  '"$V" estimate "$Z3" --observed 78GB --json > oz.json && "$V" estimate "$Z3" --json > ez.json &&
+   "$V" estimate z3_ddp.yaml --json > ed.json &&
+   "$V" estimate "$P3" --observed 70GB --observed-kind allocated --json > op.json &&
+   "$V" estimate "$P3" --json > ep.json &&
+   "$V" estimate "$FO" --observed 20GB --json > of.json && "$V" estimate "$FO" --json > ef.json &&
+   "$V" estimate fsdp_no_offload.yaml --json > en.json &&
+   "$V" run check_ranks.lua oz.json ez.json ed.json op.json ep.json of.json ef.json en.json'
+t "--observed on a layout says which rank in the terminal" 0 "on the rank that sets it (first stage, ranks 0-3)" \
+  '"$V" estimate "$P3" --observed 70GB --observed-kind allocated'
 t "--observed needs a run spec" 1 "needs a run spec" \
   '"$V" estimate "$S/tests/truth/cases_public.json" --case p01_qwen3_fp32_adamw --observed 1GB'
 t "--observed needs a size" 2 "needs a size like 80GB" '"$V" estimate small.yaml --observed lots'
