@@ -99,6 +99,9 @@ function F.forward_loss(S, P, run)
   local l
   if run.loss == "hf_legacy" then -- takes over lg
     l = loss.causal_lm_legacy(S, lg, run.batch, run.seq, P.m.vocab)
+  elseif run.loss == "shift_float" then
+    l = loss.causal_lm_shift_float(S, lg, run.batch, run.seq, P.m.vocab)
+    S:drop(lg)
   else
     l = loss.causal_lm(S, lg, run.batch * run.seq, P.m.vocab, run.batch, run.seq, run.loss)
     S:drop(lg)

@@ -250,10 +250,11 @@ function D.read(cfg, where, prefix)
     norm_kind = "rms",
   }
   -- factorized embeddings (Yxanul): vocab x r, then r -> hidden; the tied
-  -- output runs them backwards
+  -- output runs them backwards, an untied one is its own hidden x vocab
+  -- Linear (Yxanul's FP8 model file, src/model_fp8_optimized.py)
   if c:bool("use_factorized_embeddings", false) then
     m.factor = c:int("factorization_dim")
-    m.tie = true
+    m.tie = c:bool("tie_word_embeddings", true)
   end
   -- MoE and DeepSeek variants list their layers one by one: bound the loop
   if var.models and var.models ~= FACTOR and m.layers > 65536 then
@@ -781,7 +782,7 @@ function D.logits(S, P, hidden, run, keep)
   if keep and keep > 0 and keep < T then
     x = { id = hidden.id, n = rows * P.m.hidden, dt = hidden.dt, b = hidden.b, rg = hidden.rg }
   end
-  if P.m.factor then -- (h @ proj.weight) @ embed.weight^T
+  if P.m.factor and P.m.tie then -- (h @ proj.weight) @ embed.weight^T
     local r = P.m.factor
     local small = layers.linear(S, x, { w = P.embed_proj.w, inn = P.m.hidden, out = r,
       label = "lm_head.unproject" }, rows)

@@ -52,6 +52,9 @@ function F.read(cfg, where)
     factorized = c:bool("use_factorized_embeddings", true),
     rank = c:int("factorization_dim", 128),
     max_positions = c:int("max_position_embeddings", 4096),
+    -- src/model.py reuses the factorized embedding as the output; the FP8
+    -- model file (src/model_fp8_optimized.py) has its own bf16 lm_head
+    tie = c:bool("tie_word_embeddings", true),
   }
   if H % heads ~= 0 then c:fail("num_attention_heads", "must divide hidden_size") end
   if heads % m.kv_heads ~= 0 then
@@ -66,9 +69,10 @@ end
 
 function F.params(m)
   local H, I = m.hidden, m.intermediate
-  local embed, tied = 0, 0
+  local embed, tied, head = 0, 0, 0
   if m.factorized then
     embed = vram.embedding_params(m.vocab, m.rank) + vram.linear_params(m.rank, H, false)
+    if not m.tie then head = vram.linear_params(H, m.vocab, false) end
   else
     -- nn.Embedding + lm_head tied to it (YxanulForCausalLM.tie_weights)
     embed = vram.embedding_params(m.vocab, H)
@@ -87,8 +91,9 @@ function F.params(m)
       { name = "layers.feed_forward", params = ffn * m.layers, tower = "llm" },
       { name = "layers.norms", params = norms * m.layers, tower = "llm" },
       { name = "ln_f", params = vram.norm_params(H, "rms"), tower = "llm" },
-      { name = "lm_head", params = 0, tower = "llm",
-        note = m.factorized and "reuses the factorized embedding" or "tied to embed_tokens" },
+      { name = "lm_head", params = head, tower = "llm",
+        note = head > 0 and "untied nn.Linear(hidden, vocab)" or (m.factorized
+          and "reuses the factorized embedding" or "tied to embed_tokens") },
     },
     tied_duplicate = tied,
     -- what the factorization saves against a full vocab x hidden table

@@ -12,6 +12,11 @@
 --   context      bytes outside the allocator (driver context, workspaces)
 --   prealloc     fraction of the device the framework takes at start-up and
 --                allocates from (the step must fit that pool)
+--   working_set  fraction of unified memory the device may keep resident
+--                (Apple's recommendedMaxWorkingSetSize): the step must fit it
+--   high_watermark_ratio  the allocator's hard limit, x the working set
+--   device       the GPU kind (stdlib/gpus.lua) the profile runs on
+--   fp8_linear   te.Linear's FP8 state (stdlib/layers.lua)
 --   adam_step_bytes  bytes of each Adam step counter on the device (0: host)
 --   assumptions  lines printed with every estimate on this framework
 --   undisposed_temporaries  temporaries outlive their use unless disposed
@@ -20,12 +25,12 @@ local errors = require("stdlib.errors")
 
 local M = {}
 
-M.NAMES = { "pytorch", "pytorch-cpu", "jax", "torchsharp" }
+M.NAMES = { "pytorch", "pytorch-cpu", "jax", "torchsharp", "mps", "te-fp8" }
 M.DEFAULT = "pytorch"      -- a run spec that names none
 M.EXACT = "pytorch-cpu"    -- a compiled estimate's probes: exact bytes
 
 local FILES = { pytorch = "pytorch", ["pytorch-cpu"] = "pytorch_cpu", jax = "jax",
-  torchsharp = "torchsharp" }
+  torchsharp = "torchsharp", mps = "mps", ["te-fp8"] = "te_fp8" }
 
 local cache = {}
 
@@ -49,7 +54,27 @@ function M.of(run) return M.get(run.framework) end
 -- Bytes of the device the step may allocate from: the whole device, or the
 -- pool a preallocating framework takes.
 function M.usable(p, gpu)
-  return p.prealloc and math.floor(gpu.bytes * p.prealloc) or gpu.bytes
+  local f = p.prealloc or p.working_set
+  return f and math.floor(gpu.bytes * f) or gpu.bytes
+end
+
+-- Lines a budget prints about this framework on this device: the profile's
+-- assumptions, the pool it sizes, and a warning when the device is of
+-- another kind than the profile runs on.
+function M.notes(p, gpu)
+  local out = {}
+  for i, a in ipairs(p.assumptions) do out[i] = a end
+  if gpu and p.working_set then
+    local ws = M.usable(p, gpu)
+    out[#out + 1] = ("%s: working set %.2f GiB of %.2f GiB unified; hard limit %.2f GiB")
+      :format(gpu.name, ws / (1 << 30), gpu.bytes / (1 << 30),
+        ws * p.high_watermark_ratio / (1 << 30))
+  end
+  if gpu and p.device and gpu.kind ~= p.device then
+    out[#out + 1] = ("WARNING: framework %s runs on %s devices, not on %s (%s)")
+      :format(p.name, p.device, gpu.name, gpu.kind)
+  end
+  return out
 end
 
 -- Bytes the run needs on the device beyond the pool's own size: the

@@ -1,6 +1,8 @@
 -- Hugging Face eager building blocks, op for op, as memory events: what each
 -- op allocates, what autograd saves, where gradients flow and when Python
 -- lets go of a tensor. Shapes are element counts; `rows` is tokens (B*T).
+local vram = require("vram")
+local errors = require("stdlib.errors")
 local L = {}
 
 local FP32 = "fp32"
@@ -36,6 +38,8 @@ local mixed = L.mixed_dtype_temp
 local BNB4 = { nf4 = true, nf4_dq = true }
 L.BNB4 = BNB4
 function L.new_linear(S, inn, out, bias, dt, trainable, label, lora, quant)
+  if quant and quant.te then return L.new_te_linear(S, inn, out, bias, dt, trainable, label,
+    lora, quant.te) end
   local lin = { inn = inn, out = out, label = label }
   local packed = quant and not quant.master
   local bytes = quant and quant.ckpt
@@ -58,6 +62,57 @@ function L.new_linear(S, inn, out, bias, dt, trainable, label, lora, quant)
   if bias then lin.b = S:param(out, dt, trainable, label .. ".bias") end
   if lora then lin.lora = L.new_lora(S, inn, out, lora.r, label) end
   return lin
+end
+
+-- TransformerEngine's te.Linear (stdlib/frameworks/te_fp8.lua has the
+-- sources): the parameter in the model dtype, and per module the
+-- DelayedScaling state, fp32 scale[n] and amax_history[len, n] for n = 3
+-- forward and 2 backward quantizers, each its own tensor.
+function L.new_te_linear(S, inn, out, bias, dt, trainable, label, lora, te)
+  if lora then
+    errors.input(nil, "run.lora", "LoRA over a TransformerEngine te.Linear is not modelled")
+  end
+  local lin = { inn = inn, out = out, label = label, te = te }
+  lin.w = S:param(inn * out, dt, trainable, label)
+  lin.w.rows = out
+  if bias then lin.b = S:param(out, dt, trainable, label .. ".bias") end
+  for _, n in ipairs({ te.fwd_tensors, te.bwd_tensors }) do
+    S.tape:alloc(S:bytes(FP32, n), "buffers", label .. ".fp8_scale")
+    S.tape:alloc(S:bytes(FP32, vram.mul(te.amax_history_len, n)), "buffers",
+      label .. ".fp8_amax_history")
+  end
+  return lin
+end
+
+-- An fp8 tensor as TE holds it: the data (1 B per element) and, when
+-- `both`, its transpose, with one fp32 scale_inv.
+local function fp8_tensor(S, n, both, label, cat)
+  local b = S:round_bytes(n) * (both and 2 or 1) + S:bytes(FP32, 1)
+  return { id = S.tape:alloc(b, cat or S.cat, label), n = n, dt = "fp8_e4m3", b = b, rg = false }
+end
+
+-- te.Linear forward under fp8_autocast: the input quantized row-wise (for
+-- the GEMM) and column-wise (kept for the weight gradient; the row-wise
+-- copy goes after the GEMM), the weight quantized both ways (the transpose
+-- for dgrad) and saved, the output in the input's dtype. Backward quantizes
+-- grad_output both ways (e5m2 under the HYBRID format) around its GEMMs.
+function L.te_linear(S, x, lin, rows)
+  local label = lin.label
+  local needs_input = S.grad and lin.w.rg
+  local xq_row = fp8_tensor(S, rows * lin.inn, false, label .. ".input_fp8")
+  local xq_col = needs_input and fp8_tensor(S, rows * lin.inn, false, label .. ".input_fp8_t")
+  local wq = fp8_tensor(S, lin.inn * lin.out, S.grad and x.rg, label .. ".weight_fp8", "weights")
+  local out = S:new_tensor(rows * lin.out, x.dt, label, S:rg(x, lin.w, lin.b))
+  S:drop(xq_row)
+  if out.rg then
+    local edges = { { x, x.b }, { lin.w, lin.w.b } }
+    if lin.b then edges[3] = { lin.b, lin.b.b } end
+    local saved = { wq }
+    if xq_col then saved[2] = xq_col end
+    S:node(label, saved, edges, { out }, 2 * S:round_bytes(rows * lin.out) + S:bytes(FP32, 1))
+  end
+  S:drop(wq, xq_col or nil)
+  return out
 end
 
 -- peft's adapter pair on a linear of inn -> out: lora_A (r x inn) and
@@ -112,6 +167,7 @@ end
 
 -- peft LoRA: base(x) + lora_B(lora_A(x.to(fp32))) * scaling, cast back.
 function L.linear(S, x, lin, rows)
+  if lin.te then return L.te_linear(S, x, lin, rows) end
   local label = lin.label
   local base
   if lin.dequant then

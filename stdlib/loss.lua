@@ -68,6 +68,27 @@ function L.causal_lm_legacy(S, logits, batch, seq, vocab)
   return loss
 end
 
+-- A model's own loss that shifts before it upcasts (Yxanul's FP8 model file,
+-- src/model_fp8_optimized.py): shift_logits = logits[..., :-1, :]
+-- .contiguous() in the model dtype (its backward a zero-filled full-size
+-- gradient), then .float() and CrossEntropyLoss. The caller keeps `logits`.
+function L.causal_lm_shift_float(S, logits, batch, seq, vocab)
+  local n = batch * (seq - 1)
+  local shift = S:new_tensor(n * vocab, logits.dt, "loss.shift_logits", S:rg(logits))
+  S:node("loss.shift_logits", {}, { { logits, logits.b } }, { shift })
+  local lf = S:to(shift, "fp32", "loss.shift_float")
+  S:drop(shift)
+  local labels = S:new_tensor(n, "int64", "loss.shift_labels", false)
+  local logp = S:new_tensor(lf.n, "fp32", "loss.log_softmax", S:rg(lf))
+  S:node("loss.log_softmax", { logp }, { { lf, logp.b } }, { logp })
+  S:drop(lf)
+  local loss = S:new_tensor(1, "fp32", "loss.nll", S:rg(logp))
+  local total_weight = S:new_tensor(1, "fp32", "loss.total_weight", false)
+  S:node("loss.nll", { logp, labels, total_weight }, { { logp, logp.b } }, { loss })
+  S:drop(logp, total_weight, labels)
+  return loss
+end
+
 -- Chunked cross entropy over the LM head (Apple's CCE, chunked-loss
 -- kernels): `chunk` rows at a time the head's logits, their fp32
 -- log-softmax and gradient exist, never the whole rows x V; backward

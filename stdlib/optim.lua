@@ -26,6 +26,15 @@ function O.init_state(S, params, opt)
       S.tape:alloc(S:round_bytes(opt.step_bytes), "optimizer_state", "optimizer.step_count")
     end
   end
+  -- TorchSharp without Dispose (run.undisposed_steps = k): the sqrt and
+  -- denom temporaries of the k - 1 steps before this one are still waiting
+  -- for the .NET collector, under the whole step
+  local k = opt.undisposed_steps
+  if k and k > 1 and (name == "adam" or name == "adamw") then
+    local held = 0
+    for _, p in ipairs(params) do held = held + 2 * p.b end
+    S.tape:alloc(vram.mul(k - 1, held), "temporaries", "optimizer.undisposed_earlier_steps")
+  end
 end
 
 local function total(params)
@@ -48,8 +57,9 @@ function O.step(S, params, opt)
       if g then tape:drop(g) end
       local sq = tape:alloc(total(params), "temporaries", "optimizer.sqrt")
       tape:drop(sq)
-    elseif fe then
-      -- torch 1.13 foreach: sqrt list, then denom list
+    elseif fe or opt.undisposed_steps then
+      -- torch 1.13 foreach: sqrt list, then denom list; TorchSharp's
+      -- single-tensor Adam without Dispose leaves every parameter's alike
       local g = coupled_wd and tape:alloc(total(params), "temporaries", "optimizer.grad_wd")
       local sq = tape:alloc(total(params), "temporaries", "optimizer.sqrt")
       local denom = tape:alloc(total(params), "temporaries", "optimizer.denom")

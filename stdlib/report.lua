@@ -26,9 +26,9 @@ function R.budget(st, run, gpu_name)
   end
   -- the stack's overheads and capacity rules (stdlib/frameworks/), printed
   local fw = frameworks.of(run)
+  local gpu = gpus.find(gpu_name or run.gpu)
   b.framework = fw.name
-  b.assumptions = {}
-  for i, a in ipairs(fw.assumptions) do b.assumptions[i] = a end
+  b.assumptions = frameworks.notes(fw, gpu)
   local q = run.quant
   if q and not q.master and require("stdlib.layers").BNB4[q.store] then
     b.assumptions[#b.assumptions + 1] = ("bitsandbytes 4-bit (%s): every decoder projection "
@@ -43,7 +43,6 @@ function R.budget(st, run, gpu_name)
     b.assumptions[#b.assumptions + 1] = "reserved: caching-allocator block rounding, "
       .. "fragmentation not modelled (a lower bound)"
   end
-  local gpu = gpus.find(gpu_name or run.gpu)
   b.device_total_bytes = frameworks.device_total(fw, st, gpu)
   if gpu then
     b.gpu = { id = gpu.id, name = gpu.name, bytes = gpu.bytes }

@@ -34,20 +34,22 @@ R.FIELDS = {
   dtype = { "compute dtype of activations", required = true },
   autocast = { "autocast dtype when the parameters are fp32 masters, else nil" },
   quant = { "packed linear weights { store, compute, master, ckpt, dequant } "
-    .. "(stdlib/quant.lua), else nil" },
+    .. "(stdlib/quant.lua), or te = TransformerEngine's te.Linear state "
+    .. "{ amax_history_len, fwd_tensors, bwd_tensors } (stdlib/layers.lua), else nil" },
   -- what the step keeps
   ckpt = { "activation checkpointing on", false },
   ckpt_every = { "checkpoint every N-th layer (layers), nil: every layer" },
   ckpt_segment = { "layers recomputed together per checkpoint segment, nil: one" },
   attention = { "eager | sdpa | flash", "eager" },
-  loss = { "cross_entropy | one_hot | chunked | hf_legacy (stdlib/loss.lua)",
+  loss = { "cross_entropy | one_hot | chunked | hf_legacy | shift_float (stdlib/loss.lua)",
     "cross_entropy" },
   loss_chunk = { "rows per chunk of the chunked loss (rows)", 1024 },
   frozen = { "towers that do not train: vision, llm, projector, embeddings",
     function() return {} end },
   lora = { "adapters { r (rank), alpha, targets, where, default }, else nil" },
   optimizer = { "{ name, foreach, weight_decay, state_dtype, momentum_dtype, step_bytes "
-    .. "(bytes of each Adam step counter on the device) } (stdlib/optim.lua)" },
+    .. "(bytes of each Adam step counter on the device), undisposed_steps (TorchSharp: "
+    .. "steps whose temporaries are alive) } (stdlib/optim.lua)" },
   rl = { "an RL update { new_tokens, minibatch, reference, value } (stdlib/rl.lua), else nil" },
   moe = { "experts { impl, capacity_factor, aux_loss } (stdlib/moe.lua), else nil" },
   parallel = { "a multi-GPU layout (stdlib/parallel.lua), else nil: one GPU" },

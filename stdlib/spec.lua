@@ -88,7 +88,8 @@ end
 
 local RUN_KEYS = { mode = 1, batch = 1, seq = 1, grad_accum = 1, precision = 1, optimizer = 1,
   grad_checkpointing = 1, attention = 1, loss = 1, lora = 1, freeze = 1, framework = 1, gpu = 1,
-  generate_tokens = 1, images = 1, checkpoint_segment = 1, rl = 1, moe = 1 }
+  generate_tokens = 1, images = 1, checkpoint_segment = 1, rl = 1, moe = 1, fp8 = 1,
+  undisposed_steps = 1 }
 
 -- A list of strings (module leaf names, tower names).
 function M.names(v, where, field)
@@ -208,7 +209,7 @@ local function read_loss(loss, where)
   if type(loss) == "string" then loss = { impl = loss } end
   check_keys(loss, { impl = 1, chunk_rows = 1 }, where, "run.loss.")
   return one_of(where, "run.loss.impl", loss.impl, { "cross_entropy", "one_hot", "chunked",
-    "hf_legacy" }, "cross_entropy"), cfgutil.reader(loss, where, "run.loss."):int("chunk_rows", 1024)
+    "hf_legacy", "shift_float" }, "cross_entropy"), cfgutil.reader(loss, where, "run.loss."):int("chunk_rows", 1024)
 end
 
 -- run.rl (modes ppo and grpo): rollout, stored log-probs, minibatch steps
@@ -284,6 +285,36 @@ local function read_quant(prec, r, cfg, path, where)
     q = { ckpt = d, store = d.store, compute = r.dtype, dequant = d.method == "bitsandbytes" }
   end
   return q
+end
+
+-- What the run's framework profile (stdlib/frameworks/) adds: te-fp8 makes
+-- every projection a te.Linear over parameters in the model dtype
+-- (stdlib/layers.lua; run.fp8.amax_history_len), torchsharp may keep
+-- run.undisposed_steps steps' optimizer temporaries (stdlib/optim.lua).
+local function read_framework_knobs(run, rd, f, where)
+  local prof = require("stdlib.frameworks").get(f.framework)
+  local fp8 = prof.fp8_linear
+  if run.fp8 ~= nil and not fp8 then
+    errors.input(where, "run.fp8", "needs run.framework te-fp8, got " .. f.framework)
+  end
+  if fp8 then
+    if f.quant then
+      errors.input(where, "run.framework", "te-fp8 cannot be combined with run.precision "
+        .. "weights or forward_weights, or a quantized checkpoint")
+    end
+    local c = run.fp8 or {}
+    check_keys(c, { amax_history_len = 1 }, where, "run.fp8.")
+    f.quant = { te = { amax_history_len = cfgutil.reader(c, where, "run.fp8."):int(
+      "amax_history_len", fp8.amax_history_len), fwd_tensors = fp8.fwd_tensors,
+      bwd_tensors = fp8.bwd_tensors }, store = "fp8_e4m3", compute = f.dtype }
+  end
+  if run.undisposed_steps ~= nil then
+    if not prof.undisposed_temporaries then
+      errors.input(where, "run.undisposed_steps", "only TorchSharp keeps undisposed "
+        .. "temporaries; run.framework is " .. f.framework)
+    end
+    f.optimizer.undisposed_steps = rd:int("undisposed_steps", 1)
+  end
 end
 
 -- run.images (VLMs): { count, width, height, max_pixels }; the family's
@@ -408,6 +439,7 @@ function M.normalize(spec, where, families, loaded)
   if run.lora then f.lora = read_lora(run.lora, where) end
   if run.moe ~= nil then f.moe = read_moe(run.moe, where) end
   f.quant = read_quant(prec, f, cfg, path, where)
+  read_framework_knobs(run, rd, f, where)
   local text_only = cfgutil.reader(model, where, "model."):bool("text_only", false)
   local family, typed = families.find(cfg, path)
   for k, v in pairs(describe_model(family, typed, path, run.images, where, text_only)) do
