@@ -1,52 +1,91 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): tests/bench/run.sh /path/to/vramlua [SECONDS]
-#   1. start-up: mean wall time of `vramlua run` on an empty script, 200 runs
-#   2. evaluations per second of primitives (tests/bench/primitives.lua),
-#      SECONDS of CPU each (default 0.5)
-# Figures go to stdout. Machines vary: compare runs on one machine only.
+#   1. start-up: `vramlua run` on an empty script
+#   2. evaluations per second of primitives (tests/bench/primitives.lua)
+#   3. full and compiled estimates per second (tests/bench/estimates.lua)
+#   4. side by side with llm-analysis (tests/bench/peer/, Debian's
+#      /usr/bin/python3) on the decoder of examples/specs/qwen2_5_1_5b_full.yaml:
+#      one estimate in-process and one whole process each, as a ratio
+#   5. `vramlua estimate` on every example spec; fit --knobs, fit --gpus 8 and
+#      a 64 x 64 sweep
+# SECONDS: CPU seconds per in-process figure (default 0.5). Process times
+# are the median and the minimum wall time of RUNS runs (default 20). The
+# load average is printed first and last: on a shared machine, compare runs
+# made under the same load only.
 set -eu
 
 if [ $# -lt 1 ] || [ ! -x "$1" ]; then
   echo "usage: $0 /path/to/vramlua [SECONDS]" >&2
   exit 2
 fi
-V=$1
+V=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 SECS=${2:-0.5}
+RUNS=${RUNS:-20}
 HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
 D=$(mktemp -d "${TMPDIR:-/tmp}/vramlua-bench.XXXXXX")
 trap 'rm -rf "$D"' EXIT
 : >"$D/empty.lua"
+cd "$ROOT"
 
-RUNS=200
-"$V" run "$D/empty.lua" # warm the page cache
-min=
-max=0
-total=0
-for _ in $(seq "$RUNS"); do
-  t0=$(date +%s%N)
-  "$V" run "$D/empty.lua"
-  t1=$(date +%s%N)
-  dt=$((t1 - t0))
-  total=$((total + dt))
-  if [ -z "$min" ] || [ "$dt" -lt "$min" ]; then min=$dt; fi
-  if [ "$dt" -gt "$max" ]; then max=$dt; fi
-done
-mean=$((total / RUNS))
-fmt_ms() { printf '%d.%03d' $(($1 / 1000000)) $((($1 / 1000) % 1000)); }
-echo "startup (vramlua run empty.lua, $RUNS runs): mean $(fmt_ms "$mean") ms," \
-  "min $(fmt_ms "$min") ms, max $(fmt_ms "$max") ms"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
+
+# Median and minimum wall time of RUNS runs of a command, in ms.
+wall() {
+  local f="$D/wall" t0 t1
+  : >"$f"
+  "$@" >/dev/null 2>&1 || { echo "failed: $*"; return 0; }
+  for _ in $(seq "$RUNS"); do
+    t0=$(date +%s%N)
+    "$@" >/dev/null 2>&1
+    t1=$(date +%s%N)
+    echo $((t1 - t0)) >>"$f"
+  done
+  sort -n "$f" | awk '{ v[NR] = $1 } END {
+    m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+    printf "median %.2f ms, min %.2f ms", m / 1e6, v[1] / 1e6 }'
+}
+
+echo "startup (vramlua run empty.lua): $(wall "$V" run "$D/empty.lua")"
+echo "  the built-in Lua parsed as text (VRAMLUA_SOURCE_ONLY=1): estimate" \
+  "qwen2_5_1_5b_full.yaml $(VRAMLUA_SOURCE_ONLY=1 wall "$V" estimate \
+  examples/specs/qwen2_5_1_5b_full.yaml --json), precompiled: $(wall "$V" estimate \
+  examples/specs/qwen2_5_1_5b_full.yaml --json)"
 
 "$V" run "$HERE/primitives.lua" "$SECS"
 
 "$V" run "$HERE/estimates.lua" "$SECS"
 
-# a whole `vramlua estimate` process on a run spec, 50 runs
-SPEC=$(cd "$HERE/../.." && pwd)/examples/specs/qwen2_5_1_5b_full.yaml
-total=0
-for _ in $(seq 50); do
-  t0=$(date +%s%N)
-  "$V" estimate "$SPEC" --json >/dev/null
-  t1=$(date +%s%N)
-  total=$((total + t1 - t0))
+# 4. the same decoder, the same run: Qwen2.5-1.5B (28 layers, 12 heads, 2 KV
+# heads, hidden 1536, FFN 8960, vocab 151936), batch 4 x 1024, bf16, flash
+# attention, full recomputation
+SPEC=examples/specs/qwen2_5_1_5b_full.yaml
+PEER=(/usr/bin/python3 "$HERE/peer/peer.py")
+PEER_ARGS=(qwen2.5-1.5b 28 12 2 1536 8960 151936 4 1024 4)
+if [ -x /usr/bin/python3 ]; then
+  ours=$("$V" run "$HERE/peer.lua" "$SPEC" "$SECS")
+  line=$("${PEER[@]}" "$SECS" "${PEER_ARGS[@]}" 2>/dev/null | tail -1)
+  theirs=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) us per estimate.*/\1/p')
+  echo "one estimate in-process, $SPEC: vramlua $ours us (simulated op by op)," \
+    "llm-analysis $theirs us (closed form): vramlua takes $(awk -v a="$ours" -v b="$theirs" \
+    'BEGIN { printf "%.2f", a / b }')x llm-analysis's time"
+  ours=$(wall "$V" estimate "$SPEC" --json)
+  theirs=$(wall "${PEER[@]}" --once 0 "${PEER_ARGS[@]}")
+  echo "one whole process: vramlua estimate $ours; llm-analysis (python3) $theirs"
+  m1=$(echo "$ours" | sed -n 's/median \([0-9.]*\) ms.*/\1/p')
+  m2=$(echo "$theirs" | sed -n 's/median \([0-9.]*\) ms.*/\1/p')
+  echo "  ratio of medians: llm-analysis takes $(awk -v a="$m2" -v b="$m1" \
+    'BEGIN { printf "%.1f", a / b }')x vramlua's time"
+else
+  echo "llm-analysis: skipped (no /usr/bin/python3)"
+fi
+
+# 5. whole commands
+for s in examples/specs/*.yaml examples/specs/*.json; do
+  echo "vramlua estimate $s --json: $(wall "$V" estimate "$s" --json)"
 done
-echo "vramlua estimate (Qwen2.5-1.5B spec, --json, 50 runs): mean $(fmt_ms $((total / 50))) ms"
+echo "vramlua fit $SPEC --gpu rtx4090 --knobs: $(wall "$V" fit "$SPEC" --gpu rtx4090 --knobs)"
+echo "vramlua fit $SPEC --gpu h100 --gpus 8: $(wall "$V" fit "$SPEC" --gpu h100 --gpus 8)"
+echo "vramlua sweep $SPEC, 64 batches x 64 seqs: $(wall "$V" sweep "$SPEC" --batch 1:64:1 \
+  --seq 64:4096:64 --gpu h100)"
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
