@@ -579,6 +579,34 @@ end
 
 -- One decoder layer. x: residual stream (rows, H). ctx: {rows, batch, seq,
 -- past (cached tokens), mask, cos, sin, cache (list per layer or nil)}.
+-- Tokens layer idx's cache keeps of `held` before a decode step's cat: a
+-- sliding-window layer's cache (DynamicSlidingWindowLayer) keeps the last
+-- window - 1 tokens as a view of each step's cat.
+local function cache_kept(m, idx, held)
+  local win = m.sliding_layers and m.sliding_layers[idx] and m.sliding_window
+  return win and math.min(held, win - 1) or held
+end
+
+-- The caches as `steps` more decode steps leave them, without simulating
+-- those steps (models/causal_lm.lua's generate): a prompt of `prompt`
+-- tokens, `done` decode steps so far. Each cache is let go of before its
+-- successor is allocated, so live bytes never exceed what the caches hold
+-- after the steps.
+function D.advance_cache(S, P, cache, prompt, done, steps)
+  for idx, c in pairs(cache) do
+    local held = prompt
+    for _ = 1, done do held = cache_kept(P.m, idx, held) + 1 end
+    local h = held
+    for _ = 1, steps do h = cache_kept(P.m, idx, h) + 1 end
+    assert(c.k.n % held == 0 and c.v.n % held == 0, "a KV cache of a size no token count explains")
+    local kn, vn, kdt, vdt = c.k.n // held, c.v.n // held, c.k.dt, c.v.dt
+    S:drop(c.k)
+    c.k = S:new_tensor(h * kn, kdt, "kv_cache.cat", false, "kv_cache")
+    S:drop(c.v)
+    c.v = S:new_tensor(h * vn, vdt, "kv_cache.cat", false, "kv_cache")
+  end
+end
+
 local function layer_forward(S, P, l, x, ctx, idx)
   local m, rows = P.m, ctx.rows
   local hd = m.head_dim
@@ -616,12 +644,8 @@ local function layer_forward(S, P, l, x, ctx, idx)
   local k_contig = false
   if ctx.cache then
     local c = ctx.cache[idx]
-    -- a sliding-window layer's cache (DynamicSlidingWindowLayer) keeps the
-    -- last window - 1 tokens as a view of each step's cat
-    local win = m.sliding_layers and m.sliding_layers[idx] and m.sliding_window
     if c then -- DynamicCache: torch.cat([old, new]) per step
-      local kept = c.k.n // ke.n -- tokens of one step's size held
-      if win then kept = math.min(kept, win - 1) end
+      local kept = cache_kept(m, idx, c.k.n // ke.n) -- tokens of one step's size held
       local nk = S:new_tensor((kept + 1) * ke.n, ke.dt, "kv_cache.cat", false, "kv_cache")
       local nv = S:new_tensor((kept + 1) * v.n, v.dt, "kv_cache.cat", false, "kv_cache")
       S:drop(c.k, c.v)

@@ -85,7 +85,7 @@ function M.simulate(family, run)
   local mb = math.min(rl.minibatch or run.batch, run.batch)
   local steps = (run.batch + mb - 1) // mb
   local part = with(full, { batch = mb })
-  for _ = 1, steps do
+  step.repeat_steps(S, run, steps, function()
     tape:phase("update_forward")
     if run.autocast then S:autocast_enter(run.autocast) end
     local l = family.forward_loss(S, P, part)
@@ -105,7 +105,7 @@ function M.simulate(family, run)
     tape:phase("optimizer")
     optim.step(S, trainable, run.optimizer)
     tape:zero_grad()
-  end
+  end)
   S:drop(old, ref_lp, old_v)
   for _, x in ipairs(inputs) do S:drop(x) end
   local st = step.finish_trace(S, step.counts(tape:stats(), params))

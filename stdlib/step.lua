@@ -125,6 +125,25 @@ function M.counts(st, all)
   return st
 end
 
+-- Runs step() n times (micro-batches, RL minibatches). Once a step leaves
+-- every category's live bytes as it found them, the next would replay the
+-- same events from the same state and reach no higher peak (the tape keeps
+-- the first), so the rest are skipped -- unless the run records a timeline
+-- or a trace, or compose is off (tests/lua/test_simulator.lua compares).
+function M.repeat_steps(S, run, n, step)
+  local fast = n > 1 and run.compose ~= false and not run.timeline and not run.trace
+  local before = fast and S.tape:stats().live_by_category
+  for i = 1, n do
+    step()
+    if fast and i < n then
+      local now, same = S.tape:stats().live_by_category, true
+      for cat, b in pairs(now) do same = same and before[cat] == b end
+      if same then return end
+      before = now
+    end
+  end
+end
+
 function M.simulate(family, run)
   local S = M.new_sim(run)
   local all = S.params -- every parameter, in creation order (tied weights once)
@@ -139,7 +158,7 @@ function M.simulate(family, run)
   local ends, base = {}, tape:live()
   if train then
     ends.baseline = base
-    for _ = 1, run.grad_accum or 1 do -- micro-batches: gradients accumulate
+    M.repeat_steps(S, run, run.grad_accum or 1, function() -- gradients accumulate
       tape:phase("forward")
       if run.autocast then S:autocast_enter(run.autocast) end
       local l = family.forward_loss(S, model, run)
@@ -148,7 +167,7 @@ function M.simulate(family, run)
       tape:phase("backward")
       tape:backward(l.id)
       S:drop(l)
-    end
+    end)
     ends.backward_end = tape:live()
     tape:phase("optimizer")
     optim.step(S, trainable, run.optimizer)

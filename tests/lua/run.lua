@@ -60,6 +60,7 @@ local MODULES = {
   "test_fit",
   "test_frameworks",
   "test_answer",
+  "test_fastpath",
 }
 
 local T = { passed = 0, failed = 0, tmpfile = nil }
