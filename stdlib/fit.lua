@@ -31,6 +31,38 @@ M.KNOBS = {
 -- A run whose knobs can change without touching the original.
 local copy = require("stdlib.run").copy
 
+-- A run as a string that equal runs share: keys sorted, the simulator
+-- module (sim) and functions by identity, a table met again (shared or a
+-- cycle) by the order it was first met in.
+local function canonical(t, out, seen)
+  out, seen = out or {}, seen or { n = 0 }
+  seen.n = seen.n + 1
+  seen[t] = seen.n
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b)
+    local ta, tb = type(a), type(b)
+    if ta ~= tb then return ta < tb end
+    if ta == "number" or ta == "string" then return a < b end
+    return tostring(a) < tostring(b)
+  end)
+  out[#out + 1] = "{"
+  for _, k in ipairs(keys) do
+    local v = t[k]
+    out[#out + 1] = type(k) == "string" and ("%q="):format(k) or ("[%s]="):format(tostring(k))
+    if type(v) == "table" and k ~= "sim" then
+      if seen[v] then out[#out + 1] = "@" .. seen[v] else canonical(v, out, seen) end
+    elseif type(v) == "string" then
+      out[#out + 1] = ("%q"):format(v)
+    else
+      out[#out + 1] = type(v) .. ":" .. tostring(v)
+    end
+    out[#out + 1] = ","
+  end
+  out[#out + 1] = "}"
+  return out
+end
+
 -- Largest v in [1, limit] with need(run with knob=v) <= budget. Peaks grow
 -- with each knob, so doubling then bisection finds the exact boundary.
 function M.largest(run, knob, budget, limit)
@@ -236,15 +268,21 @@ M.SEARCH_SECONDS = 4
 function M.knobs(run, budget, depth)
   local items, index = {}, {}
   for _, m in ipairs(M.levers(run)) do items[#items + 1] = m; index[m.name] = #items end
-  local memo = {}
+  -- combinations that edit the run into the same run (QLoRA after LoRA,
+  -- checkpointing policies over each other) are simulated once
+  local memo, by_run = {}, {}
   local function need_of(mask)
     if not memo[mask] then
       local chosen = {}
       for k, m in ipairs(items) do if mask & (1 << (k - 1)) ~= 0 then chosen[#chosen + 1] = m end end
       local r = M.apply(run, chosen)
       if r then
-        local need, st = M.need(r)
-        memo[mask] = { need = need, st = st }
+        local key = table.concat(canonical(r))
+        if not by_run[key] then
+          local need, st = M.need(r)
+          by_run[key] = { need = need, st = st }
+        end
+        memo[mask] = by_run[key]
       else
         memo[mask] = { invalid = true }
       end
