@@ -147,15 +147,28 @@ function M.check_sizes(r, where)
       cap(m.heads or m.num_attention_heads, M.LIMITS.hidden, "num_attention_heads")
     end
   end
-  -- the largest tensors of a step, in checked arithmetic: overflow raises
-  -- "vram.mul: product overflows int64"
+  -- the largest tensors of a step, in checked arithmetic; an overflow
+  -- names the product and the sizes in it
   local t = r.text
   if t then
     local seq = r.seq + (r.generate_tokens or 0) + 65536 -- room for image tokens
-    vram.mul(r.batch, seq, t.vocab, 8)
-    vram.mul(r.batch, t.heads, seq, seq, 4)
-    vram.mul(t.vocab, t.hidden, 16)
-    vram.mul(t.layers, t.hidden, t.intermediate, 3, 16)
+    local function product(fields, ...)
+      local ok = pcall(vram.mul, ...)
+      if not ok then
+        local vals = { ... }
+        local names = {}
+        for i, f in ipairs(fields) do names[i] = ("%s (%d)"):format(f, vals[i]) end
+        errors.input(where, fields[1], ("the %s of this run, %s x %d bytes, overflow int64")
+          :format(fields.what, table.concat(names, " x "), vals[#vals]))
+      end
+    end
+    local tokens = "run.seq + generated + 65536 image tokens"
+    product({ "run.batch", tokens, "vocab_size", what = "logits" }, r.batch, seq, t.vocab, 8)
+    product({ "run.batch", "num_attention_heads", tokens, tokens, what = "attention scores" },
+      r.batch, t.heads, seq, seq, 4)
+    product({ "vocab_size", "hidden_size", what = "embedding" }, t.vocab, t.hidden, 16)
+    product({ "num_hidden_layers", "hidden_size", "intermediate_size", "3 projections",
+      what = "MLP weights" }, t.layers, t.hidden, t.intermediate, 3, 16)
   end
   return r
 end
