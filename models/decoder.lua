@@ -318,14 +318,6 @@ function D.read_nested(tcfg, where, prefix, set, defaults)
   return D.read(c, where, prefix)
 end
 
--- A nested text model's parts, its model and its tied duplicate, for the
--- families not on the contract yet (models/legacy.lua).
-function D.text_parts(tcfg, where, set, defaults, prefix)
-  local m = D.read_nested(tcfg, where, "", set, defaults)
-  local p = D.params(m, prefix)
-  return p.parts, m, p.tied_duplicate
-end
-
 -- Exact parameter counts by component (tied embeddings counted once), in
 -- the family contract's form (models/README.md): parts in the "llm" tower,
 -- names prefixed with `prefix`; tied_duplicate is the tied embedding.

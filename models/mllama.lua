@@ -20,66 +20,121 @@
 --                  lm_head (vocab rows)
 --
 -- Llama-3.2-11B-Vision-Instruct: 863,567,379 vision + 31,461,376 projector
--- + 9,775,192,080 text = 10,670,220,835, the Hub count. The simulator has
--- no cross-attention layers yet: `estimate` refuses mllama.
+-- + 9,775,192,080 text = 10,670,220,835, the Hub count.
 local vram = require("vram")
 local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
 
-local F = {}
+local F = { name = "mllama",
+  about = "Llama 3.2 Vision: tiled ViT with global layers + projector + Llama with "
+    .. "cross-attention layers (models/mllama.lua)" }
 
-local function list(c, t, key)
-  local v = t[key]
+local function list(c, key, default)
+  local v = c:raw(key)
+  if v == nil then return default end
   if type(v) ~= "table" then c:fail(key, "must be a list") end
   return v
 end
 
-function F.count(cfg, where)
-  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
-  local tc = cfg.text_config or errors.input(where, "text_config", "is required but missing")
-  local add, mul, lp, np = vram.add, vram.mul, vram.linear_params, vram.norm_params
-  local v = cfgutil.reader(vc, where, "vision_config.")
-  local D, I = v:int("hidden_size"), v:int("intermediate_size")
-  local patch, side = v:int("patch_size"), v:int("image_size")
-  local tiles, ch = v:int("max_num_tiles"), v:int("num_channels", 3)
-  local ratios = #list(v, vc, "supported_aspect_ratios") + 1
-  local P = (side // patch) * (side // patch) + 1
-  local layer = add(mul(4, lp(D, D, false)), lp(D, I, true), lp(I, D, true),
-    mul(2, np(D, "layer")))
-  local n_local, n_global = v:int("num_hidden_layers"), v:int("num_global_layers")
-  local out_dim = v:int("vision_output_dim")
-  local t = cfgutil.reader(tc, where, "text_config.")
-  local H, TI = t:int("hidden_size"), t:int("intermediate_size")
-  local L, heads = t:int("num_hidden_layers"), t:int("num_attention_heads")
-  local kv = t:int("num_key_value_heads", heads)
-  local vocab, hd = t:int("vocab_size"), H // heads
-  local cross = list(t, tc, "cross_attention_layers")
-  for i, x in ipairs(cross) do
-    if math.type(x) ~= "integer" or x < 0 or x >= L then
-      t:fail("cross_attention_layers[" .. i .. "]", ("must be a layer index 0..%d"):format(L - 1))
+-- MllamaVisionConfig defaults (configuration_mllama.py).
+local RATIOS = { { 1, 1 }, { 1, 2 }, { 1, 3 }, { 1, 4 }, { 2, 1 }, { 2, 2 }, { 3, 1 }, { 4, 1 } }
+
+local function read_vision(vc, where)
+  local c = cfgutil.reader(vc, where, "vision_config.")
+  local v = { hidden = c:int("hidden_size", 1280), intermediate = c:int("intermediate_size", 5120),
+    patch = c:int("patch_size", 14), image = c:int("image_size", 448),
+    tiles = c:int("max_num_tiles", 4), channels = c:int("num_channels", 3),
+    layers = c:int("num_hidden_layers", 32), global_layers = c:int("num_global_layers", 8),
+    heads = c:int("attention_heads", 16), out_dim = c:int("vision_output_dim", 7680) }
+  v.ratios = list(c, "supported_aspect_ratios", RATIOS)
+  for i, r in ipairs(v.ratios) do
+    if type(r) ~= "table" or math.type(r[1]) ~= "integer" or math.type(r[2]) ~= "integer"
+      or r[1] < 1 or r[2] < 1 or r[1] * r[2] > v.tiles then
+      c:fail("supported_aspect_ratios[" .. i .. "]", ("must be [h, w] tiles, at most "
+        .. "max_num_tiles (%d) in all"):format(v.tiles))
     end
   end
-  local attn = add(mul(2, lp(H, mul(heads, hd), false)), mul(2, lp(H, mul(kv, hd), false)))
+  v.intermediate_layers = #list(c, "intermediate_layers_indices", { 3, 7, 15, 23, 30 })
+  if v.out_dim ~= v.hidden * (v.intermediate_layers + 1) then
+    c:fail("vision_output_dim", ("must be hidden_size x (1 + intermediate layers) = %d, got %d")
+      :format(v.hidden * (v.intermediate_layers + 1), v.out_dim))
+  end
+  if v.image % v.patch ~= 0 then
+    c:fail("image_size", ("must be a multiple of patch_size (%d)"):format(v.patch))
+  end
+  if v.hidden % v.heads ~= 0 then
+    c:fail("attention_heads", ("must divide hidden_size (%d)"):format(v.hidden))
+  end
+  v.grid = v.image // v.patch
+  v.positions = v.grid * v.grid + 1 -- patches + CLS
+  return v
+end
+
+-- MllamaTextConfig defaults.
+local function read_text(tc, where, top_tie)
+  local c = cfgutil.reader(tc, where, "text_config.")
+  local t = { hidden = c:int("hidden_size", 4096), intermediate = c:int("intermediate_size", 14336),
+    layers = c:int("num_hidden_layers", 40), heads = c:int("num_attention_heads", 32),
+    vocab = c:int("vocab_size", 128256) }
+  t.kv_heads = c:int("num_key_value_heads", 8)
+  t.tie = c:bool("tie_word_embeddings", top_tie or false)
+  if t.hidden % t.heads ~= 0 or t.heads % t.kv_heads ~= 0 then
+    c:fail("num_key_value_heads", "must divide num_attention_heads, which must divide "
+      .. "hidden_size")
+  end
+  t.head_dim = t.hidden // t.heads
+  local cross = list(c, "cross_attention_layers", { 3, 8, 13, 18, 23, 28, 33, 38 })
+  t.cross = {}
+  for i, x in ipairs(cross) do
+    if math.type(x) ~= "integer" or x < 0 or x >= t.layers then
+      c:fail("cross_attention_layers[" .. i .. "]", ("must be a layer index 0..%d")
+        :format(t.layers - 1))
+    end
+    t.cross[x + 1] = true
+  end
+  t.n_cross = #cross
+  return t
+end
+
+function F.read(cfg, where)
+  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
+  local tc = cfg.text_config or errors.input(where, "text_config", "is required but missing")
+  if type(vc) ~= "table" then errors.input(where, "vision_config", "must be a mapping") end
+  if type(tc) ~= "table" then errors.input(where, "text_config", "must be a mapping") end
+  local top = cfgutil.reader(cfg, where):bool("tie_word_embeddings", false)
+  return { where = where, vision = read_vision(vc, where), lm = read_text(tc, where, top) }
+end
+
+function F.params(m)
+  local v, t = m.vision, m.lm
+  local add, mul, lp, np = vram.add, vram.mul, vram.linear_params, vram.norm_params
+  local D, I, Pn = v.hidden, v.intermediate, v.positions
+  local ratios = #v.ratios + 1
+  local layer = add(mul(4, lp(D, D, false)), lp(D, I, true), lp(I, D, true),
+    mul(2, np(D, "layer")))
+  local H, TI, hd = t.hidden, t.intermediate, t.head_dim
+  local attn = add(mul(2, lp(H, mul(t.heads, hd), false)), mul(2, lp(H, mul(t.kv_heads, hd), false)))
   local mlp_norms = add(mul(3, lp(H, TI, false)), mul(2, np(H, "rms")))
   local self_l = add(attn, mlp_norms)
   local cross_l = add(attn, mul(2, np(hd, "rms")), 2, mlp_norms)
-  local tie = t:bool("tie_word_embeddings", cfg.tie_word_embeddings or false)
   return { parts = {
     { name = "vision_model.embeddings", tower = "vision", params = add(
-      vram.conv_params(ch, D, patch * patch, false), D, mul(P, D), 1, mul(ratios, tiles, P, D),
-      mul(2, add(mul(ratios, tiles, D), 1))) },
+      vram.conv_params(v.channels, D, v.patch * v.patch, false), D, mul(Pn, D), 1,
+      mul(ratios, v.tiles, Pn, D), mul(2, add(mul(ratios, v.tiles, D), 1))) },
     { name = "vision_model.layernorms", tower = "vision", params = mul(2, np(D, "layer")) },
-    { name = "vision_model.transformer", tower = "vision", params = mul(n_local, layer) },
+    { name = "vision_model.transformer", tower = "vision", params = mul(v.layers, layer) },
     { name = "vision_model.global_transformer", tower = "vision",
-      params = mul(n_global, add(layer, 2)) },
-    { name = "multi_modal_projector", tower = "projector", params = lp(out_dim, H, true) },
-    { name = "language_model.embed_tokens", params = vram.embedding_params(vocab + 8, H),
-      note = "vocab_size + 8 rows" },
-    { name = "language_model.layers", params = add(mul(L - #cross, self_l), mul(#cross, cross_l)),
-      note = ("%d self-attention + %d cross-attention layers"):format(L - #cross, #cross) },
-    { name = "language_model.norm", params = np(H, "rms") },
-    { name = "lm_head", params = tie and 0 or lp(H, vocab, false) },
-  } }
+      params = mul(v.global_layers, add(layer, 2)) },
+    { name = "multi_modal_projector", tower = "projector", params = lp(v.out_dim, H, true) },
+    { name = "language_model.embed_tokens", tower = "llm",
+      params = vram.embedding_params(t.vocab + 8, H), note = "vocab_size + 8 rows" },
+    { name = "language_model.layers", tower = "llm",
+      params = add(mul(t.layers - t.n_cross, self_l), mul(t.n_cross, cross_l)),
+      note = ("%d self-attention + %d cross-attention layers"):format(t.layers - t.n_cross,
+        t.n_cross) },
+    { name = "language_model.norm", tower = "llm", params = np(H, "rms") },
+    { name = "lm_head", tower = "llm", params = t.tie and 0 or lp(H, t.vocab, false) },
+  }, tied_duplicate = t.tie and vram.embedding_params(t.vocab + 8, H) or 0 }
 end
 
 return F

@@ -25,45 +25,10 @@ local P = require("stdlib.params")
 local vt = require("stdlib.vision_tokens")
 local siglip = require("models.siglip")
 local gemma = require("models.gemma")
-local decoder = require("models.decoder")
-local P = require("stdlib.params")
 local siq = require("models.siq_vlm")
 
 local F = { name = "paligemma",
   about = "PaliGemma: SigLIP + linear projector + Gemma (models/paligemma.lua)" }
-
--- SigLIP vision parts under `prefix` (other families' towers), and the tower.
-function F.siglip_vision_parts(vc, where, prefix)
-  local m = siglip.read_config(vc, where, "vision_config.")
-  return siglip.parts(m, prefix), m
-end
-
--- Gemma3TextConfig defaults (configuration_gemma3.py) for keys a
--- text_config leaves out.
-F.GEMMA3_DEFAULTS = { vocab_size = 262208, hidden_size = 2304, intermediate_size = 9216,
-  num_hidden_layers = 26, num_attention_heads = 8, num_key_value_heads = 4, head_dim = 256,
-  tie_word_embeddings = true }
-
--- Gemma 3 multimodal (modeling_gemma3.py): a SigLIP vision tower,
--- Gemma3MultiModalProjector (mm_input_projection_weight: a (vision hidden,
--- text hidden) Parameter; mm_soft_emb_norm: Gemma3RMSNorm(vision hidden);
--- an average pool to mm_tokens_per_image, no parameters) and a Gemma 3
--- text model whose lm_head is tied.
--- gemma-3-4b-it: 416,866,032 vision + 2,950,272 projector + 3,880,263,168
--- text = 4,300,079,472. (Not yet on the family contract: models/legacy.lua.)
-function F.count_gemma3(cfg, where)
-  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
-  local tc = cfg.text_config or errors.input(where, "text_config", "is required but missing")
-  local parts, v = F.siglip_vision_parts(vc, where, "vision_tower.vision_model.")
-  local tie = tc.tie_word_embeddings
-  if tie == nil then tie = cfg.tie_word_embeddings end
-  if tie == nil then tie = true end
-  local text, m, tied = decoder.text_parts(tc, where, { model_type = "gemma3_text",
-    tie_word_embeddings = tie }, F.GEMMA3_DEFAULTS, "language_model.")
-  parts[#parts + 1] = { name = "multi_modal_projector", tower = "projector",
-    params = vram.add(vram.mul(v.hidden, m.hidden), vram.norm_params(v.hidden, "rms")) }
-  return { parts = P.append(parts, text), tied_duplicate = tied }
-end
 
 function F.read(cfg, where)
   local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")

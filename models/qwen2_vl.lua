@@ -101,7 +101,12 @@ end
 -- flattened with their temporal copies, grid_h x grid_w rows of
 -- channels x temporal_patch_size x patch x patch.
 function F.pixel_values(m, image)
-  local t, v = F.image_tokens(m, image), m.vision
+  return F.pixel_count(m.vision, F.image_tokens(m, image))
+end
+
+-- The same for a tower v = {channels, temporal, patch} (Qwen2.5-VL's too)
+-- and the processor's result t.
+function F.pixel_count(v, t)
   return t.patches * v.channels * v.temporal * v.patch * v.patch
 end
 
@@ -112,62 +117,6 @@ function F.simulator(m, images)
   return siq.describe({ where = m.where, text = m.text, hidden = v.embed_dim, layers = v.depth,
     heads = v.heads, intermediate = v.mlp, patch = v.patch, side = t.factor,
     grid_h = t.grid[2], grid_w = t.grid[3], merge = v.merge, images = images.count })
-end
-
--- Qwen2.5-VL (modeling_qwen2_5_vl.py): the vision blocks change to
---   norm1, norm2       Qwen2RMSNorm(hidden_size) (weight only)
---   attn.qkv, attn.proj  as Qwen2-VL (biases)
---   mlp                gate_proj, up_proj: Linear(hidden, intermediate_size),
---                      down_proj: Linear(intermediate_size, hidden), all biased
---   merger             ln_q: RMSNorm(hidden); mlp as Qwen2-VL, to out_hidden_size
--- Windowed attention (window_size, with full attention in the blocks of
--- fullatt_block_indexes) changes no parameter.
--- Qwen2.5-VL-3B: 668,684,288 vision + 3,085,938,688 text (Qwen2.5-3B, tied)
--- = 3,754,622,976; 7B: 676,550,144 + 7,615,616,512 = 8,292,166,656.
-function F.vision_normalize_2_5(vc, where)
-  local c = cfgutil.reader(vc, where, "vision_config.")
-  return {
-    embed_dim = c:int("hidden_size"),
-    depth = c:int("depth"),
-    intermediate = c:int("intermediate_size"),
-    out_hidden = c:int("out_hidden_size"),
-    patch = c:int("patch_size", 14),
-    temporal = c:int("temporal_patch_size", 2),
-    merge = c:int("spatial_merge_size", 2),
-    channels = c:int("in_channels", nil, true) or c:int("in_chans", 3),
-  }
-end
-
-function F.count_2_5(cfg, where)
-  local vc = cfg.vision_config or
-    require("stdlib.errors").input(where, "vision_config", "is required but missing")
-  local v = F.vision_normalize_2_5(vc, where)
-  local D, I = v.embed_dim, v.intermediate
-  local block = 2 * vram.norm_params(D, "rms")
-    + vram.linear_params(D, 3 * D, true) + vram.linear_params(D, D, true)
-    + 2 * vram.linear_params(D, I, true) + vram.linear_params(I, D, true)
-  local M = D * v.merge * v.merge
-  local vision = {
-    { name = "visual.patch_embed", tower = "vision",
-      params = vram.conv_params(v.channels, D, v.temporal * v.patch * v.patch, false) },
-    { name = "visual.blocks", tower = "vision", params = vram.mul(block, v.depth) },
-    { name = "visual.merger", tower = "projector", params = vram.norm_params(D, "rms")
-      + vram.linear_params(M, M, true) + vram.linear_params(M, v.out_hidden, true) },
-  }
-  local tcfg = cfg.text_config or cfg
-  local tie = tcfg.tie_word_embeddings
-  if tie == nil then tie = cfg.tie_word_embeddings end
-  local plain = {}
-  for k, x in pairs(tcfg) do
-    if k ~= "vision_config" and k ~= "text_config" then plain[k] = x end
-  end
-  local parts, m, tied = decoder.text_parts(plain, where, { model_type = "qwen2",
-    tie_word_embeddings = tie or false }, nil, "model.")
-  if m.hidden ~= v.out_hidden then
-    require("stdlib.errors").input(where, "vision_config.out_hidden_size", ("must equal the text "
-      .. "hidden_size (%d), got %d"):format(m.hidden, v.out_hidden))
-  end
-  return { parts = P.append(vision, parts), tied_duplicate = tied }
 end
 
 return F

@@ -46,36 +46,18 @@ R.FAMILIES = {
     architectures = { "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration" } },
   { module = "models.internvl_hf", model_types = { "internvl" },
     architectures = { "InternVLForConditionalGeneration" } },
-  -- not on the family contract yet: wrapped by models/legacy.lua
-  { legacy = { name = "qwen2_5_vl", module = "models.qwen2_vl", fn = "count_2_5", vlm = true,
-      about = "Qwen2.5-VL: ViT (RMSNorm, gated MLP, windowed attention) + PatchMerger + Qwen2 "
-        .. "(models/qwen2_vl.lua)" },
-    model_types = { "qwen2_5_vl" }, architectures = { "Qwen2_5_VLForConditionalGeneration" } },
-  { legacy = { name = "gemma3", module = "models.paligemma", fn = "count_gemma3", vlm = true,
-      about = "Gemma 3 multimodal: SigLIP + pooled projector + Gemma 3 text "
-        .. "(models/paligemma.lua)" },
-    model_types = { "gemma3" }, architectures = { "Gemma3ForConditionalGeneration" } },
-  { legacy = { name = "llava", module = "models.llava", vlm = true,
-      about = "LLaVA / LLaVA-NeXT / OneVision: CLIP, SigLIP or Pixtral tower + MLP projector + "
-        .. "any decoder (models/llava.lua)" },
-    model_types = { "llava", "llava_next", "llava_onevision" },
+  { module = "models.qwen2_5_vl", model_types = { "qwen2_5_vl" },
+    architectures = { "Qwen2_5_VLForConditionalGeneration" } },
+  { module = "models.gemma3", model_types = { "gemma3" },
+    architectures = { "Gemma3ForConditionalGeneration" } },
+  { module = "models.llava", model_types = { "llava", "llava_next", "llava_onevision" },
     architectures = { "LlavaForConditionalGeneration", "LlavaNextForConditionalGeneration",
       "LlavaOnevisionForConditionalGeneration" } },
-  { legacy = { name = "idefics3", module = "models.idefics3", vlm = true,
-      about = "Idefics3 / SmolVLM: SigLIP-style tower + pixel shuffle + linear projection + "
-        .. "Llama, image splitting (models/idefics3.lua)" },
-    model_types = { "idefics3", "smolvlm" },
+  { module = "models.idefics3", model_types = { "idefics3", "smolvlm" },
     architectures = { "Idefics3ForConditionalGeneration", "SmolVLMForConditionalGeneration" } },
-  { legacy = { name = "minicpmv", module = "models.minicpmv", vlm = true,
-      about = "MiniCPM-V 2.5/2.6/4.5 (remote code): SigLIP-style tower + resampler + "
-        .. "Llama 3 / Qwen2 / Qwen3, image slices (models/minicpmv.lua)" },
-    model_types = { "minicpmv" }, architectures = { "MiniCPMV" } },
-  { legacy = { name = "mllama", module = "models.mllama",
-      refuse = "mllama's cross-attention layers are not simulated yet; `vramlua params` counts "
-        .. "the model",
-      about = "Llama 3.2 Vision: tiled ViT with global layers + projector + Llama with "
-        .. "cross-attention layers (models/mllama.lua; counts only)" },
-    model_types = { "mllama" }, architectures = { "MllamaForConditionalGeneration" } },
+  { module = "models.minicpmv", model_types = { "minicpmv" }, architectures = { "MiniCPMV" } },
+  { module = "models.mllama", model_types = { "mllama" },
+    architectures = { "MllamaForConditionalGeneration" } },
   { module = "models.internvl", model_types = { "internvl_chat" },
     architectures = { "InternVLChatModel" } },
   { module = "models.paligemma", model_types = { "paligemma" },
@@ -169,22 +151,13 @@ for _, f in ipairs(R.FAMILIES) do
   for _, k in ipairs(f.architectures) do by_arch[k] = f end
 end
 
--- The family module of an entry (a legacy one wrapped, models/legacy.lua).
-local function module_of(f)
-  if f.legacy then
-    f.wrapped = f.wrapped or require("models.legacy").family(f.legacy)
-    return f.wrapped
-  end
-  return require(f.module)
-end
-
 -- Every family: {name, about, model_types, module} in registry order.
 function R.list()
   local out = {}
   for i, f in ipairs(R.FAMILIES) do
-    local mod = module_of(f)
+    local mod = require(f.module)
     out[i] = { name = mod.name, about = mod.about, model_types = f.model_types,
-      module = f.module or f.legacy.module, family = mod }
+      module = f.module, family = mod }
   end
   return out
 end
@@ -212,14 +185,14 @@ end
 function R.find(cfg, where)
   if type(cfg) ~= "table" then errors.input(where, "", "a config must be a JSON object") end
   local mt = cfg.model_type
-  if type(mt) == "string" and by_type[mt] then return module_of(by_type[mt]), cfg end
+  if type(mt) == "string" and by_type[mt] then return require(by_type[mt].module), cfg end
   local archs = type(cfg.architectures) == "table" and cfg.architectures or {}
   for _, a in ipairs(archs) do
     local f = by_arch[a]
     if f then
       for i, x in ipairs(f.architectures) do
         if x == a then
-          return module_of(f), typed(cfg, f.model_types[i] or f.model_types[1])
+          return require(f.module), typed(cfg, f.model_types[i] or f.model_types[1])
         end
       end
     end
@@ -240,7 +213,7 @@ function R.find(cfg, where)
   if hint then
     -- never a hint to a family that does not model keys of this config that
     -- change the count (it would refuse them: a Mixtral config is no mistral)
-    local fam = module_of(by_type[hint])
+    local fam = require(by_type[hint].module)
     local ok, err = pcall(function() return fam.params(fam.read(typed(cfg, hint), where)) end)
     local msg = not ok and (type(err) == "table" and err.msg or tostring(err)) or ""
     if msg:find("changes the parameter count", 1, true) then hint = nil end

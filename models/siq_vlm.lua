@@ -40,7 +40,11 @@ end
 --   d = { where, text = decoder model, hidden, layers, heads, intermediate,
 --         patch, side (square image side in pixels), grid_h, grid_w
 --         (optional: a dynamic-resolution patch grid), merge, deepstack,
---         images (images per sample) }
+--         images (tower images per sample), tokens (optional: the positions
+--         a sample's images occupy in the sequence by the family's
+--         image_tokens, when they are not the merged grids: special tokens
+--         around or between the features are embedded as text, features a
+--         family's packing drops (LLaVA-NeXT's unpadding) are copied out) }
 function F.describe(d)
   if d.side % d.patch ~= 0 then
     errors.input(d.where, "image side", ("%d is not a multiple of the patch size %d"):format(
@@ -53,7 +57,8 @@ function F.describe(d)
       num_attention_heads = d.heads, intermediate_size = d.intermediate, patch_size = d.patch,
       image_size = d.side, num_channels = 3, grid_h = d.grid_h, grid_w = d.grid_w },
     vlm = { pixel_shuffle_factor = d.merge, projector_hidden_act = "gelu",
-      multimodal_projector_bias = true, deepstack = d.deepstack, images = d.images },
+      multimodal_projector_bias = true, deepstack = d.deepstack, images = d.images,
+      tokens = d.tokens },
   }
 end
 
@@ -101,7 +106,9 @@ function F.build(S, run, pol)
   -- that would quantize it)
   P.lm = decoder.build(S, run.text, { dt = dt, trainable = ttr, lora = tlo, quant = run.quant })
   P.images = cfg.images or 1 -- images per sample, all of the same size
-  P.n_img = F.image_tokens(vm, f) * P.images
+  -- n_feat: projector rows; n_img: the sequence positions the images take
+  P.n_feat = F.image_tokens(vm, f) * P.images
+  P.n_img = cfg.tokens or P.n_feat
   return P
 end
 
@@ -128,18 +135,25 @@ local function image_features(S, P, run)
       h = c
     end
   end
-  local out = layers.gelu_mlp(S, h, P.proj, B * P.n_img, "projector")
+  local out = layers.gelu_mlp(S, h, P.proj, B * P.n_feat, "projector")
   P.side = {}
   for i, m in ipairs(P.deepstack) do
-    P.side[i] = layers.gelu_mlp(S, h, m, B * P.n_img, "deepstack")
+    P.side[i] = layers.gelu_mlp(S, h, m, B * P.n_feat, "deepstack")
   end
   S:drop(h)
+  if P.n_img < P.n_feat then -- the kept features, gathered into a new tensor
+    local kept = S:op("image_features.pack", B * P.n_img * run.text.hidden, out.dt, { out },
+      {}, { { out } })
+    S:drop(out)
+    out = kept
+  end
   return out
 end
 
 local function embeds(S, P, run, text_dt)
   local B, T = run.batch, run.seq
-  local text = decoder.embed(S, P.lm, B * T)
+  -- positions beyond the image features (special tokens) are text
+  local text = decoder.embed(S, P.lm, B * (T + math.max(0, P.n_img - P.n_feat)))
   local img = image_features(S, P, run)
   local img2 = S:to(img, text.dt, "image_features.to")
   S:drop(img)

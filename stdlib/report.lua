@@ -29,6 +29,7 @@ function R.budget(st, run, gpu_name)
   local gpu = gpus.find(gpu_name or run.gpu)
   b.framework = fw.name
   b.assumptions = frameworks.notes(fw, gpu)
+  for _, a in ipairs(run.model_assumptions or {}) do b.assumptions[#b.assumptions + 1] = a end
   local q = run.quant
   if q and not q.master and require("stdlib.layers").BNB4[q.store] then
     b.assumptions[#b.assumptions + 1] = ("bitsandbytes 4-bit (%s): every decoder projection "

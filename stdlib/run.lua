@@ -19,6 +19,8 @@ R.FIELDS = {
   text = { "the language model's description (models/decoder.lua's read), nil for a ViT" },
   vision = { "the vision tower's description, VLM and ViT simulators" },
   vlm = { "what a VLM simulator reads besides the towers (projector, image tokens)" },
+  model_assumptions = { "what the family's simulator description approximates (strings, "
+    .. "printed as assumptions)" },
   id = { "a measured case's id (tests/truth)" },
   config_path = { "the model config's path, for errors" },
   hf_config = { "the model config as read (observed.lua reads its torch_dtype)" },

@@ -386,7 +386,10 @@ local function describe_model(family, cfg, path, images, where, text_only)
   end
   local d = family.simulator(m, imgs)
   if text_only then return { sim = d.sim.text_only, text = d.text } end
-  return { sim = d.sim, text = d.text, vision = d.vision, vlm = d.vlm }
+  -- model_assumptions: what the family's simulator description
+  -- approximates, printed as assumptions (stdlib/report.lua)
+  return { sim = d.sim, text = d.text, vision = d.vision, vlm = d.vlm,
+    model_assumptions = d.assumptions }
 end
 
 -- What the model allows of the run: bitsandbytes replaces every nn.Linear,

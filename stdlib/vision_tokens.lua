@@ -220,4 +220,134 @@ function M.longest_edge_grid(height, width, o)
     breaks = th - 1, ends = 1, resized = { math.tointeger(rh), math.tointeger(rw) } }
 end
 
+-- ---------------------------------------------------------------------------
+-- Idefics3 / SmolVLM image splitting.
+-- transformers src/transformers/models/idefics3/image_processing_idefics3.py:
+--   resize (size = {"longest_edge": L}): _resize_output_size_rescale_to_max_len
+--     the longer side becomes L, the other int(L / aspect) (or int(L *
+--     aspect)), rounded up to even; then _resize_output_size_scale_below_upper_bound
+--     keeps both sides <= MAX_IMAGE_SIZE (4096) the same way (no even rounding)
+--   resize_for_vision_encoder (max_image_size = {"longest_edge": tile}):
+--     the longer side rounded up to a multiple of tile, the other int(longer /
+--     aspect) rounded up to a multiple of tile
+--   split_image: when a side exceeds tile, ceil(h / tile) x ceil(w / tile)
+--     tiles plus the whole image resized to tile x tile; else one image.
+-- o = {longest_edge, tile, max_image_size (4096 in transformers)}
+-- ---------------------------------------------------------------------------
+local function scale_longest(h, w, max_len, even)
+  local aspect = w / h
+  if w >= h then
+    if even or w > max_len then
+      w = max_len
+      h = math.floor(w / aspect)
+      if even and h % 2 ~= 0 then h = h + 1 end
+    end
+  else
+    if even or h > max_len then
+      h = max_len
+      w = math.floor(h * aspect)
+      if even and w % 2 ~= 0 then w = w + 1 end
+    end
+  end
+  return math.max(h, 1), math.max(w, 1)
+end
+
+function M.longest_edge_split(height, width, o)
+  settings(o, { "longest_edge", "tile", "max_image_size" }, "image-splitting")
+  height, width = posint(height, "height"), posint(width, "width")
+  local tile = posint(o.tile, "tile")
+  local h, w = scale_longest(height, width, posint(o.longest_edge, "longest_edge"), true)
+  h, w = scale_longest(h, w, o.max_image_size, false)
+  local aspect = w / h
+  if w >= h then
+    w = math.ceil(w / tile) * tile
+    h = math.ceil(math.floor(w / aspect) / tile) * tile
+  else
+    h = math.ceil(h / tile) * tile
+    w = math.ceil(math.floor(h * aspect) / tile) * tile
+  end
+  h, w = math.tointeger(h), math.tointeger(w)
+  local rows, cols = 0, 0
+  if h > tile or w > tile then rows, cols = (h + tile - 1) // tile, (w + tile - 1) // tile end
+  return { rows = rows, cols = cols, resized = { h, w },
+    tiles = rows * cols + 1 } -- the global image (or the only one)
+end
+
+-- ---------------------------------------------------------------------------
+-- LLaVA-NeXT / LLaVA-OneVision any-resolution tiling.
+-- transformers src/transformers/image_processing_utils.py,
+-- select_best_resolution(): for each (height, width) of the grid pinpoints,
+--   scale = min(width / orig_w, height / orig_h); the downscaled image
+--   int(orig_w * scale) x int(orig_h * scale) gives effective =
+--   min(that area, orig area) and wasted = height * width - effective; the
+--   largest effective wins, ties to the least wasted.
+-- processing_llava_next.py / processing_llava_onevision.py,
+-- _get_number_of_features(): the best resolution in tiles of the tower's
+-- side, scale_h x scale_w; the tiles' patch grid (grid * scale per side)
+-- is unpadded to the image's aspect, with one newline feature per row:
+--   if orig_w / orig_h > cur_w / cur_h: new_h = orig_h * cur_w // orig_w
+--     (OneVision: int(round(orig_h * (cur_w / orig_w), 7))), and cur_h
+--     loses 2 * ((cur_h - new_h) // 2); else the same for the width.
+--   OneVision (vision_aspect_ratio "anyres_max_N"): when ratio =
+--     sqrt(cur_h * cur_w / (N * grid^2)) > 1.1 the features are
+--     downsampled to int(cur_h // ratio) x int(cur_w // ratio).
+--   base: the whole image resized to one tile, grid^2 features.
+-- o = {pinpoints = {{h, w}...}, tile, grid, max_tiles (OneVision's N, or
+--      nil), rounded (true: OneVision's round(..., 7))}
+-- Returns features = base + unpadded + newlines (before any CLS handling).
+-- ---------------------------------------------------------------------------
+function M.select_best_resolution(height, width, pinpoints)
+  local best, best_eff, best_waste = nil, 0, math.huge
+  for i, p in ipairs(pinpoints) do
+    if type(p) ~= "table" or math.type(p[1]) ~= "integer" or math.type(p[2]) ~= "integer"
+      or p[1] < 1 or p[2] < 1 then
+      errors.input("vision_tokens", "image_grid_pinpoints[" .. i .. "]",
+        "must be a [height, width] pair of positive integers")
+    end
+    local ph, pw = p[1], p[2]
+    local scale = math.min(pw / width, ph / height)
+    local dw, dh = math.floor(width * scale), math.floor(height * scale)
+    local eff = math.min(dw * dh, width * height)
+    local waste = ph * pw - eff
+    if eff > best_eff or (eff == best_eff and waste < best_waste) then
+      best, best_eff, best_waste = p, eff, waste
+    end
+  end
+  if not best then errors.input("vision_tokens", "image_grid_pinpoints", "is empty") end
+  return best[1], best[2]
+end
+
+function M.anyres(height, width, o)
+  settings(o, { "pinpoints", "tile", "grid" }, "any-resolution")
+  height, width = posint(height, "height"), posint(width, "width")
+  local bh, bw = M.select_best_resolution(height, width, o.pinpoints)
+  local sh, sw = bh // o.tile, bw // o.tile
+  local ch, cw = o.grid * sh, o.grid * sw
+  local function scaled(a, num, den)
+    if o.rounded then -- int(round(a * (num / den), 7))
+      return math.floor(a * (num / den) + 5e-8)
+    end
+    return a * num // den
+  end
+  if width / height > cw / ch then
+    local nh = scaled(height, cw, width)
+    ch = ch - 2 * ((ch - nh) // 2)
+  else
+    local nw = scaled(width, ch, height)
+    cw = cw - 2 * ((cw - nw) // 2)
+  end
+  local unpadded, newlines = ch * cw, ch
+  if o.max_tiles then
+    local ratio = math.sqrt(ch * cw / (o.max_tiles * o.grid * o.grid))
+    if ratio > 1.1 then
+      unpadded = math.floor(ch // ratio) * math.floor(cw // ratio)
+      newlines = math.floor(ch // ratio)
+    end
+  end
+  local base = o.grid * o.grid
+  return { best = { bh, bw }, tiles = sh * sw + 1, grid = { sh, sw },
+    unpadded = math.tointeger(unpadded), newlines = math.tointeger(newlines), base = base,
+    features = math.tointeger(base + unpadded + newlines) }
+end
+
 return M

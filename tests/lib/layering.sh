@@ -9,7 +9,7 @@ fail=0
 if grep -rn 'require("models' "$src/stdlib"; then
   echo "FAIL stdlib requires models/ (above)"; fail=1
 fi
-if grep -rnE 'qwen2_vl|qwen3_vl|internvl|paligemma|mistral3|pixtral' "$src/stdlib" \
+if grep -rnE 'qwen2_vl|qwen2_5_vl|qwen3_vl|internvl|paligemma|gemma3|mistral3|pixtral|llava|idefics3|smolvlm|minicpmv|mllama' "$src/stdlib" \
     | grep -vE ':[0-9]+:\s*--'; then
   echo "FAIL stdlib code names a model family (above)"; fail=1
 fi

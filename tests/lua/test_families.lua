@@ -484,24 +484,41 @@ T.test("Llama 3.2 Vision: tiles, global layers and cross-attention layers", func
   -- meta-llama/Llama-3.2-11B-Vision-Instruct: Hub safetensors metadata, as
   -- listed in index file 12439498600
   T.eq(count_cfg(c, "m").total, 10670220835)
-  T.raises(function() run_of(c, 2, { batch = 1, seq = 8 }) end,
-    "mllama's cross-attention layers are not simulated yet")
+  local path = T.tmpfile(vram.json.encode(c))
+  T.raises(function() spec.normalize({ model = { config = path }, run = { batch = 1, seq = 8 } },
+    "spec.yaml", registry) end, "family 'mllama' has no simulator yet")
 end)
 
 T.test("Idefics3 splits an image into tiles plus a global image", function()
-  local id = require("models.idefics3")
-  -- 512-pixel tiles, longest edge resized to 2048: 1024 x 768 -> 2048 x 1536
-  -- -> 4 x 3 tiles + 1 global; a 512 x 512 image stays one
-  T.eq(id.tiles(VLMS.smolvlm_256m, 768, 1024), 4 * 3 + 1)
-  T.eq(id.tiles(VLMS.smolvlm_256m, 512, 512, 512), 1)
+  local fam, c = registry.find(VLMS.smolvlm_256m, "s")
+  local m = fam.read(c, "s")
+  -- SmolVLM-256M: 512-pixel tiles, longest edge 2048 (4 x 512); 1024 x 768
+  -- -> 2048 x 1536 -> 4 x 3 tiles + the global image; (512/16)^2 / 4^2 = 64
+  -- tokens per tile; per tile <fake><row_r_col_c> + 64, a "\n" per row,
+  -- then "\n"<fake><global-img> + 64 + <fake>
+  local t = fam.image_tokens(m, { height = 768, width = 1024 })
+  T.eq({ t.rows, t.cols, t.tiles }, { 3, 4, 13 })
+  T.eq(t.tokens, 12 * (64 + 2) + 3 + 64 + 4)
+  -- an odd size: 1000 x 333 -> 2048 x int(2048 / (1000/333)) = 681, rounded
+  -- up to even 682 -> ceil to 2048 x 1024: 2 x 4 tiles
+  t = fam.image_tokens(m, { height = 333, width = 1000 })
+  T.eq({ t.rows, t.cols }, { 2, 4 })
+  -- a small image with the longest edge kept at one tile: no splitting
+  t = fam.image_tokens(m, { height = 512, width = 512, longest_edge = 512 })
+  T.eq({ t.tiles, t.tokens }, { 1, 64 + 3 })
 end)
 
 T.test("MiniCPM-V slices an image by its area and aspect", function()
-  local mc = require("models.minicpmv")
+  local fam, c = registry.find(VLMS.minicpm_v_2_6, "mc")
+  local m = fam.read(c, "mc")
   -- 448 x 448: no slices; 1344 x 896 (6 x 448^2): grids of 5, 6 or 7
-  -- slices, 3 x 2 matches the 3:2 aspect best -> 1 + 6 crops
-  T.eq(mc.crops(VLMS.minicpm_v_2_6, 448, 448), 1)
-  T.eq(mc.crops(VLMS.minicpm_v_2_6, 896, 1344), 7)
+  -- slices, 3 x 2 matches the 3:2 aspect best -> 1 + 6 crops of 64 queries,
+  -- each wrapped in two tokens, two rows joined by one "\n", and the
+  -- <image_id>0</image_id> prefix of 2.6
+  T.eq(fam.image_tokens(m, { height = 448, width = 448 }).crops, 1)
+  local t = fam.image_tokens(m, { height = 896, width = 1344 })
+  T.eq({ t.crops, t.grid[1], t.grid[2] }, { 7, 3, 2 })
+  T.eq(t.tokens, 7 * 66 + 1 + 3)
   T.raises(function() count_cfg({ model_type = "minicpmv", version = 3.0,
     vision_config = VLMS.minicpm_v_2_6.vision_config }, "m.json") end,
     "m.json: version: MiniCPM-V version '3.0' is not modelled")
@@ -545,11 +562,56 @@ T.test("VLM families run train, LoRA and inference", function()
         tostring(not ok and (type(st) == "table" and st.msg or st) or "")))
     end
   end
+end)
+
+-- llava-hf/llava-onevision-qwen2-0.5b-ov-hf's shapes: SigLIP so400m at 384
+-- without its head, a Qwen2-0.5B text model (tied)
+local ONEVISION = { model_type = "llava_onevision", vision_feature_layer = -1,
+  vision_feature_select_strategy = "full", vision_aspect_ratio = "anyres_max_9",
+  vision_config = { model_type = "siglip_vision_model", hidden_size = 1152,
+    intermediate_size = 4304, num_hidden_layers = 26, num_attention_heads = 16,
+    image_size = 384, patch_size = 14, vision_use_head = false },
+  text_config = { model_type = "qwen2", vocab_size = 152000, hidden_size = 896,
+    intermediate_size = 4864, num_hidden_layers = 24, num_attention_heads = 14,
+    num_key_value_heads = 2, tie_word_embeddings = true } }
+
+T.test("LLaVA-NeXT and OneVision tile an image at any resolution", function()
   local n = {}
   for k, v in pairs(VLMS.llava_1_5_7b) do n[k] = v end
-  n.model_type = "llava_onevision"
-  T.raises(function() run_of(n, 2, { batch = 1, seq = 8 }) end,
-    "any-resolution tiling (a base image plus grid tiles and newline tokens) is not simulated")
+  n.model_type = "llava_next"
+  local fam, c = registry.find(n, "n")
+  local m = fam.read(c, "n")
+  -- 1024 x 768 against LlavaNextConfig's pinpoints: 672 x 672 keeps the
+  -- most pixels (672 x 504), 2 x 2 tiles of 336; the 48 x 48 patch grid is
+  -- unpadded to 48 x (768 * 48 // 1024 = 36 rows): 1728 features + 36
+  -- newlines + the 576-patch base image (+1 CLS, -1 for "default")
+  local t = fam.image_tokens(m, { height = 768, width = 1024 })
+  T.eq({ t.tiles, t.unpadded, t.newlines, t.tokens }, { 5, 1728, 36, 2340 })
+  -- OneVision: 768 x 1152 (2 x 3 tiles of 384) holds the whole image with
+  -- the least waste; the 54 x 81 grid unpadded to 54 x (81 - 2 * 4) = 73
+  -- columns (new width 1024 * 54 / 768 = 72); sqrt(54 * 73 / (9 * 27^2)) <
+  -- 1.1, so no downsampling: 729 + 3942 + 54
+  fam, c = registry.find(ONEVISION, "ov")
+  m = fam.read(c, "ov")
+  t = fam.image_tokens(m, { height = 768, width = 1024 })
+  T.eq({ t.tiles, t.unpadded, t.newlines, t.tokens }, { 7, 3942, 54, 4725 })
+  -- a 4000 x 3000 photo: every pinpoint shrinks it; 2304 x 1728 pixels is
+  -- the most kept (at 2304 wide), 1920 x 2304 wastes the least of those:
+  -- 5 x 6 tiles, a 135 x 162 grid unpadded to 121 rows (3000 * 162 / 4000
+  -- = 121.5 -> 121, padding 7); ratio sqrt(121 * 162 / 6561) = 1.7285 >
+  -- 1.1: int(121 // 1.7285) x int(162 // 1.7285) = 70 x 93 + 70 newlines
+  t = fam.image_tokens(m, { height = 3000, width = 4000 })
+  T.eq({ t.tiles, t.unpadded, t.newlines }, { 31, 70 * 93, 70 })
+  -- image_newline is one text-width row
+  T.eq(part(count_cfg(ONEVISION, "ov"), "image_newline"), 896)
+  -- the tower runs on every tile; the sequence holds the packed features
+  for _, mode in ipairs({ "train", "inference" }) do
+    local run = run_of(ONEVISION, 2, { mode = mode, batch = 1, seq = 16,
+      images = { count = 1, width = 1024, height = 768 } })
+    T.eq(run.vlm.images, 7)
+    T.eq(run.vlm.tokens, 4725)
+    T.ok(step.run(run).peak > 0)
+  end
 end)
 
 T.test("a GPTQ checkpoint's weights: packed projections, bf16 embeddings, norms and head", function()

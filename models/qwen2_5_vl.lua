@@ -1,0 +1,120 @@
+-- Qwen2.5-VL parameter counts, read off transformers
+-- src/transformers/models/qwen2_5_vl/modeling_qwen2_5_vl.py. Against
+-- Qwen2-VL (models/qwen2_vl.lua) the vision blocks change to
+--   norm1, norm2         Qwen2RMSNorm(hidden_size) (weight only)
+--   attn.qkv, attn.proj  as Qwen2-VL (biases)
+--   mlp                  gate_proj, up_proj: Linear(hidden, intermediate_size),
+--                        down_proj: Linear(intermediate_size, hidden), all biased
+--   merger               ln_q: RMSNorm(hidden); mlp as Qwen2-VL, to out_hidden_size
+-- Windowed attention (window_size, full attention in the blocks of
+-- fullatt_block_indexes) changes no parameter.
+-- Qwen2.5-VL-3B: 668,684,288 vision + 3,085,938,688 text (Qwen2.5-3B, tied)
+-- = 3,754,622,976; 7B: 676,550,144 + 7,615,616,512 = 8,292,166,656.
+local vram = require("vram")
+local cfgutil = require("stdlib.config")
+local errors = require("stdlib.errors")
+local P = require("stdlib.params")
+local decoder = require("models.decoder")
+local qwen2_vl = require("models.qwen2_vl")
+local siq = require("models.siq_vlm")
+
+local F = { name = "qwen2_5_vl",
+  about = "Qwen2.5-VL: ViT (RMSNorm, gated MLP, windowed attention) + PatchMerger + Qwen2 "
+    .. "(models/qwen2_5_vl.lua)" }
+
+-- Qwen2_5_VLVisionConfig (configuration_qwen2_5_vl.py): patch_size 14,
+-- temporal_patch_size 2, spatial_merge_size 2, in_channels 3 (the
+-- published configs spell it in_chans), window_size 112,
+-- fullatt_block_indexes [7, 15, 23, 31].
+local function read_vision(vc, where)
+  local c = cfgutil.reader(vc, where, "vision_config.")
+  local v = {
+    hidden = c:int("hidden_size"),
+    depth = c:int("depth"),
+    heads = c:int("num_heads"),
+    intermediate = c:int("intermediate_size"),
+    out_hidden = c:int("out_hidden_size"),
+    patch = c:int("patch_size", 14),
+    temporal = c:int("temporal_patch_size", 2),
+    merge = c:int("spatial_merge_size", 2),
+    channels = c:int("in_channels", nil, true) or c:int("in_chans", 3),
+    window = c:int("window_size", 112),
+  }
+  local full = c:raw("fullatt_block_indexes") or { 7, 15, 23, 31 }
+  if type(full) ~= "table" then c:fail("fullatt_block_indexes", "must be a list") end
+  v.full_blocks = #full
+  if v.hidden % v.heads ~= 0 then
+    c:fail("num_heads", ("must divide hidden_size (%d)"):format(v.hidden))
+  end
+  return v
+end
+
+-- The text fields are top-level in the original (flat) layout and under
+-- text_config in the layout transformers >= 4.52 saves.
+function F.read(cfg, where)
+  local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
+  local nested = type(cfg.text_config) == "table"
+  local tcfg = nested and cfg.text_config or {}
+  if not nested then
+    for k, x in pairs(cfg) do
+      if k ~= "vision_config" and k ~= "text_config" then tcfg[k] = x end
+    end
+  end
+  local tie = tcfg.tie_word_embeddings
+  if tie == nil then tie = cfg.tie_word_embeddings end
+  local m = { where = where, vision = read_vision(vc, where),
+    text = decoder.read_nested(tcfg, where, nested and "text_config." or "",
+      { model_type = "qwen2", tie_word_embeddings = tie or false }) }
+  if m.text.hidden ~= m.vision.out_hidden then
+    errors.input(where, "vision_config.out_hidden_size", ("must equal the text hidden_size (%d), "
+      .. "got %d"):format(m.text.hidden, m.vision.out_hidden))
+  end
+  return m
+end
+
+function F.params(m)
+  local v = m.vision
+  local D, I = v.hidden, v.intermediate
+  local lp, np = vram.linear_params, vram.norm_params
+  local block = vram.add(2 * np(D, "rms"), lp(D, 3 * D, true), lp(D, D, true),
+    2 * lp(D, I, true), lp(I, D, true))
+  local M = vram.mul(D, v.merge, v.merge)
+  local vision = {
+    { name = "visual.patch_embed", tower = "vision",
+      params = vram.conv_params(v.channels, D, v.temporal * v.patch * v.patch, false) },
+    { name = "visual.blocks", tower = "vision", params = vram.mul(block, v.depth) },
+    { name = "visual.merger", tower = "projector",
+      params = vram.add(np(D, "rms"), lp(M, M, true), lp(M, v.out_hidden, true)) },
+  }
+  return P.followed_by(vision, decoder.params(m.text, "model."))
+end
+
+-- Qwen2.5-VL's preprocessor_config.json (Qwen/Qwen2.5-VL-7B-Instruct:
+-- min_pixels 3136, max_pixels 12845056, patch 14, merge 2) with Qwen2-VL's
+-- processor rule (models/qwen2_vl.lua, processor_tokens).
+F.PROCESSOR = { min_pixels = 3136, max_pixels = 12845056 }
+
+function F.image_tokens(m, image)
+  return qwen2_vl.processor_tokens(m.vision, image, F.PROCESSOR)
+end
+
+function F.pixel_values(m, image)
+  return qwen2_vl.pixel_count(m.vision, F.image_tokens(m, image))
+end
+
+-- Every block is simulated with full attention over the image's patches:
+-- the windowed blocks attend within windows of (window_size / patch)^2
+-- patches, so their attention scores (eager) are an upper bound here; the
+-- gated MLP and RMSNorms are simulated as SigLIP's LayerNorm MLP.
+function F.simulator(m, images)
+  local v, t = m.vision, F.image_tokens(m, images)
+  local d = siq.describe({ where = m.where, text = m.text, hidden = v.hidden, layers = v.depth,
+    heads = v.heads, intermediate = v.intermediate, patch = v.patch, side = t.factor,
+    grid_h = t.grid[2], grid_w = t.grid[3], merge = v.merge, images = images.count })
+  d.assumptions = { ("qwen2_5_vl: the vision tower's %d windowed blocks (windows of %d px) are "
+    .. "simulated with full attention, its gated MLP and RMSNorms as a LayerNorm GELU MLP of "
+    .. "the same width"):format(v.depth - v.full_blocks, v.window) }
+  return d
+end
+
+return F
