@@ -121,6 +121,34 @@ static inline void fz_run_driver(lua_State **Lp, const char *driver, size_t n,
   lua_settop(L, 0);
   lua_gc(L, gc, 0);
 }
+
+/* Lua text for drivers: check() raises "INVARIANT: ..." (fz_run_driver
+ * fails the run on it), check_tape(t) checks what a tape must always say
+ * of itself: no negative live bytes or category, live within the peak,
+ * the categories summing to live. */
+#define FZ_LUA_CHECKS                                                                           \
+  "local function check(cond, what, ...) if not cond then error('INVARIANT: ' .. what .. ' ' "   \
+  ".. table.concat({ ... }, ' '), 0) end end\n"                                                 \
+  "local function check_tape(t)\n"                                                              \
+  "  if not t then return end\n"                                                                \
+  "  local ok, s = pcall(t.stats, t)\n"                                                         \
+  "  if not ok then return end\n"                                                               \
+  "  check(s.live >= 0, 'live < 0', s.live)\n"                                                  \
+  "  check(s.peak >= s.live, 'peak < live', s.peak, s.live)\n"                                  \
+  "  local sum = 0\n"                                                                           \
+  "  for k, v in pairs(s.live_by_category) do check(v >= 0, 'category < 0', k, v); sum = sum + v end\n" \
+  "  for k, v in pairs(s.at_peak) do check(v >= 0, 'category at peak < 0', k, v) end\n"         \
+  "  check(sum == s.live, 'live ~= sum of categories', s.live, sum)\n"                          \
+  "end\n"
+
+/* The entry point of a target that is one Lua driver (a string literal). */
+#define FZ_DRIVER_TARGET(driver, gc)                                      \
+  static lua_State *fz_driver_state;                                      \
+  int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);           \
+  int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {          \
+    fz_run_driver(&fz_driver_state, driver, sizeof driver - 1, data, size, gc); \
+    return 0;                                                             \
+  }
 #endif
 
 #endif

@@ -62,17 +62,7 @@ static const char DRIVER[] =
     "      local v = raw[k]; if v == nil and idxhow == 9 then return pick(VAL) end; return v\n"
     "    end })\n"
     "end\n"
-    "local function check(cond, what, ...) if not cond then error('INVARIANT: ' .. what .. ' ' .. table.concat({ ... }, ' '), 0) end end\n"
-    "local function check_tape(t)\n"
-    "  if not t then return end\n"
-    "  local ok, s = pcall(t.stats, t)\n"
-    "  if not ok then return end\n"
-    "  check(s.live >= 0, 'live < 0', s.live)\n"
-    "  check(s.peak >= s.live, 'peak < live', s.peak, s.live)\n"
-    "  local sum = 0\n"
-    "  for k, v in pairs(s.live_by_category) do check(v >= 0, 'category < 0', k, v); sum = sum + v end\n"
-    "  check(sum == s.live, 'live ~= sum of categories', s.live, sum)\n"
-    "end\n"
+    FZ_LUA_CHECKS
     "local function call(t, m, ...)\n"
     "  local ok, r = pcall(t[m], t, ...)\n"
     "  if ok and math.type(r) == 'integer' then ids[#ids % 32 + 1] = r end\n"
@@ -135,11 +125,5 @@ static const char DRIVER[] =
     "  end\n"
     "end\n";
 
-static lua_State *L;
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  /* the objects this input made are finalized after it, in the collector's order */
-  fz_run_driver(&L, DRIVER, sizeof DRIVER - 1, data, size, LUA_GCCOLLECT);
-  return 0;
-}
+/* the objects this input made are finalized after it, in the collector's order */
+FZ_DRIVER_TARGET(DRIVER, LUA_GCCOLLECT)

@@ -55,17 +55,7 @@ static const char DRIVER[] =
     "  return byte() - 128\n"
     "end\n"
     "local function args(max) local a = {}; local n = byte() % (max + 1); for i = 1, n do a[i] = arg() end; return a, n end\n"
-    "local function check(cond, what, ...) if not cond then error('INVARIANT: ' .. what .. ' ' .. table.concat({...}, ' '), 0) end end\n"
-    "local function check_tape(t)\n"
-    "  local ok, s = pcall(t.stats, t)\n"
-    "  if not ok then return end\n"
-    "  check(s.live >= 0, 'live < 0', s.live)\n"
-    "  check(s.peak >= s.live, 'peak < live', s.peak, s.live)\n"
-    "  local sum = 0\n"
-    "  for k, v in pairs(s.live_by_category) do check(v >= 0, 'category < 0', k, v); sum = sum + v end\n"
-    "  for k, v in pairs(s.at_peak) do check(v >= 0, 'category at peak < 0', k, v) end\n"
-    "  check(sum == s.live, 'live ~= sum of categories', s.live, sum)\n"
-    "end\n"
+    FZ_LUA_CHECKS
     "local WHOLE = { fp32 = 4, tf32 = 4, fp16 = 2, bf16 = 2, int8 = 1, uint8 = 1, int64 = 8, int32 = 4,\n"
     "  fp8_e4m3 = 1, fp8_e5m2 = 1 }\n"
     "-- the product and the largest partial product (as floats: no wrapping)\n"
@@ -138,10 +128,4 @@ static const char DRIVER[] =
     "  end\n"
     "end\n";
 
-static lua_State *L;
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  fz_run_driver(&L, DRIVER, sizeof DRIVER - 1, data, size, LUA_GCSTEP);
-  return 0;
-}
+FZ_DRIVER_TARGET(DRIVER, LUA_GCSTEP)
