@@ -83,7 +83,44 @@ local function add_aux(S, P, run, l, kept)
   return total
 end
 
+-- The trainers' losses that take the final hidden states instead of logits
+-- (stdlib/loss.lua): litgpt's chunked head and loss, Liger's fused linear
+-- cross-entropy. Neither is modelled with a factored or soft-capped head, an
+-- adapter on the head, or under autocast: those runs are refused.
+local function hidden_loss(S, P, run)
+  local what = run.loss == "litgpt_chunked" and "litgpt's chunked cross-entropy"
+    or "Liger's fused linear cross-entropy"
+  local why = (P.m.factor and "a factored embedding head")
+    or (P.m.final_softcap and "final-logit soft-capping")
+    or (P.head.lora and "LoRA on lm_head") or (P.head.dequant and "a quantized lm_head")
+    or (run.autocast and "mixed precision (autocast)")
+  if why then
+    require("stdlib.errors").input(run.loss_where or run.id, "run.loss.impl",
+      ("%s with %s is not modelled"):format(what, why))
+  end
+  local prev = run.loss == "litgpt_chunked"
+    and loss.litgpt_carry(S, run.batch, run.seq, P.m.vocab, run.dtype, run.loss_chunk_tokens)
+  local r = decoder_run(run, P.m, true)
+  local emb = decoder.embed(S, P, run.batch * run.seq)
+  local h = decoder.forward(S, P, emb, r)
+  S:drop(emb)
+  S:set_category("logits_loss")
+  local l
+  if prev then
+    l = loss.litgpt_chunked(S, h, P.head, run.batch, run.seq, P.m.vocab,
+      run.loss_chunk_tokens, prev)
+  else
+    l = loss.liger_fused(S, h, P.head.w, run.batch, run.seq, P.m.vocab)
+  end
+  S:drop(h)
+  S:set_category("activations")
+  return add_aux(S, P, run, l, r.router_logits)
+end
+
 function F.forward_loss(S, P, run)
+  if run.loss == "litgpt_chunked" or run.loss == "liger_fused" then
+    return hidden_loss(S, P, run)
+  end
   if run.loss == "chunked" and not P.m.factor and not P.m.final_softcap then
     local r = decoder_run(run, P.m, true)
     local emb = decoder.embed(S, P, run.batch * run.seq)
@@ -95,6 +132,7 @@ function F.forward_loss(S, P, run)
     S:set_category("activations")
     return add_aux(S, P, run, l, r.router_logits)
   end
+  local opt = loss.logits_options(S, run, run.batch, run.seq)
   local lg, kept = logits(S, P, run, "logits_loss")
   local l
   if run.loss == "hf_legacy" then -- takes over lg
@@ -103,7 +141,8 @@ function F.forward_loss(S, P, run)
     l = loss.causal_lm_shift_float(S, lg, run.batch, run.seq, P.m.vocab)
     S:drop(lg)
   else
-    l = loss.causal_lm(S, lg, run.batch * run.seq, P.m.vocab, run.batch, run.seq, run.loss)
+    l = loss.causal_lm(S, lg, run.batch * run.seq, P.m.vocab, run.batch, run.seq, run.loss,
+      opt)
     S:drop(lg)
   end
   S:set_category("activations")

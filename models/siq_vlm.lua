@@ -166,6 +166,7 @@ end
 function F.forward_loss(S, P, run)
   local B, T = run.batch, run.seq
   local seq = T + P.n_img
+  local opt = loss.logits_options(S, run, B, seq)
   local emb = embeds(S, P, run)
   local img_labels = S:new_tensor(B * P.n_img, "int64", "labels.image", false)
   local labels = S:new_tensor(B * seq, "int64", "labels.cat", false)
@@ -176,7 +177,7 @@ function F.forward_loss(S, P, run)
   S:set_category("logits_loss")
   local logits = decoder.logits(S, P.lm, h, r)
   S:drop(h)
-  local l = loss.causal_lm(S, logits, B * seq, P.lm.m.vocab, B, seq, run.loss)
+  local l = loss.causal_lm(S, logits, B * seq, P.lm.m.vocab, B, seq, run.loss, opt)
   S:drop(logits, labels)
   for _, x in ipairs(P.side or {}) do S:drop(x) end
   P.side = nil

@@ -227,7 +227,7 @@ end
 -- weight. Returns the fp32 product (rows x dim).
 local function rms_normalized(S, x, rows, label)
   local h = S:to(x, FP32, label .. ".to_fp32")
-  local p = S:op(label .. ".pow", h.n, FP32, { h }, { h }, { { h } }, nil, h.b)
+  local p = S:op(label .. ".pow", h.n, FP32, { h }, { h }, { { h } }, nil, 2 * h.b)
   local var = S:op(label .. ".mean", rows, FP32, { p }, {}, { { p } })
   S:drop(p)
   local v2 = S:op(label .. ".add_eps", rows, FP32, { var }, {}, { { var, alias = 1 } })

@@ -218,11 +218,30 @@ local function read_checkpointing(run, rd, where)
 end
 
 -- run.loss: an implementation name or { impl, chunk_rows }.
-local function read_loss(loss, where)
+-- run.loss (stdlib/loss.lua): the implementation and its options; sets the
+-- run's loss fields in f. upcast and num_items_in_batch change Hugging
+-- Face's cross-entropy only (the other losses fix their own dtype and
+-- reduction).
+local function read_loss(loss, f, where)
   if type(loss) == "string" then loss = { impl = loss } end
-  check_keys(loss, { impl = 1, chunk_rows = 1 }, where, "run.loss.")
-  return one_of(where, "run.loss.impl", loss.impl, { "cross_entropy", "one_hot", "chunked",
-    "hf_legacy", "shift_float" }, "cross_entropy"), cfgutil.reader(loss, where, "run.loss."):int("chunk_rows", 1024)
+  check_keys(loss, { impl = 1, chunk_rows = 1, chunk_tokens = 1, upcast = 1,
+    num_items_in_batch = 1 }, where, "run.loss.")
+  local lrd = cfgutil.reader(loss, where, "run.loss.")
+  f.loss = one_of(where, "run.loss.impl", loss.impl, { "cross_entropy", "one_hot", "chunked",
+    "hf_legacy", "shift_float", "litgpt_chunked", "liger_fused" }, "cross_entropy")
+  f.loss_chunk = lrd:int("chunk_rows", 1024)
+  f.loss_chunk_tokens = lrd:int("chunk_tokens", 128) -- litgpt's lm_head_chunk_size
+  f.loss_upcast = lrd:bool("upcast", true)
+  f.loss_num_items = lrd:bool("num_items_in_batch", false)
+  f.loss_where = where
+  if (loss.upcast ~= nil or loss.num_items_in_batch ~= nil) and f.loss ~= "cross_entropy" then
+    errors.input(where, loss.upcast ~= nil and "run.loss.upcast" or "run.loss.num_items_in_batch",
+      "applies to impl cross_entropy only, not " .. f.loss)
+  end
+  if not f.loss_upcast and f.autocast then
+    errors.input(where, "run.loss.upcast", "false under autocast is not modelled (autocast "
+      .. "runs the log-softmax in fp32 itself)")
+  end
 end
 
 -- run.rl (modes ppo and grpo): rollout, stored log-probs, minibatch steps
@@ -439,7 +458,7 @@ function M.normalize(spec, where, families, loaded)
   local f = read_precision(prec, where)
   f.optimizer = read_optimizer(run.optimizer or {}, mode == "train" or rl_mode, where)
   f.ckpt, f.ckpt_every, f.ckpt_segment = read_checkpointing(run, rd, where)
-  f.loss, f.loss_chunk = read_loss(run.loss or {}, where)
+  read_loss(run.loss or {}, f, where)
   local frameworks = require("stdlib.frameworks")
   f.framework = one_of(where, "run.framework", run.framework, frameworks.NAMES,
     frameworks.DEFAULT)

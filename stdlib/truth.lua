@@ -47,8 +47,11 @@ function M.normalize(case, where, families)
     mode = (opt ~= "none" and "train") or (gen > 0 and "generate") or "inference",
     generate_tokens = gen,
     ckpt = run.grad_ckpt and true or false,
-    loss = ({ one_hot = "one_hot", legacy_shift = "hf_legacy" })[run.loss_variant]
-      or "cross_entropy",
+    loss = ({ one_hot = "one_hot", legacy_shift = "hf_legacy", litgpt_chunked = "litgpt_chunked",
+      liger_fused = "liger_fused" })[run.loss_variant] or "cross_entropy",
+    loss_upcast = run.loss_variant ~= "ce_noupcast",
+    loss_num_items = run.num_items_in_batch and true or false,
+    loss_chunk_tokens = run.loss_chunk,
     frozen = run.frozen or {},
     optimizer = { name = opt, foreach = run.foreach, weight_decay = run.weight_decay },
     -- the cases were measured on torch 1.13, whose autograd engine sums a

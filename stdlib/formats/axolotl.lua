@@ -58,8 +58,8 @@ local H = {
   torch_compile = require("stdlib.formats.hf_trainer").HANDLERS.torch_compile,
   liger_fused_linear_cross_entropy = function(c, v, k)
     if c:bool(k, v) then
-      c.run.loss = { impl = "chunked", chunk_rows = 1024 }
-      c:assume(k .. ": priced as a chunked loss of 1024 rows")
+      c.run.loss = { impl = "liger_fused" }
+      c:assume(k .. ": Liger's fused linear cross-entropy, its chunks as Liger sizes them")
     end
   end,
   cut_cross_entropy = function(c, v, k)

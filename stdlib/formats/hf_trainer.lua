@@ -48,8 +48,9 @@ M.HANDLERS = {
   end,
   use_liger_kernel = function(c, v, k)
     if c:bool(k, v) then
-      c.run.loss = { impl = "chunked", chunk_rows = 1024 }
-      c:assume(k .. ": Liger's fused linear cross-entropy priced as a chunked loss of 1024 rows")
+      c.run.loss = { impl = "liger_fused" }
+      c:warn(k .. ": Liger's fused linear cross-entropy is modelled; its RMSNorm, SwiGLU and "
+        .. "RoPE kernels are not (priced as the eager ops)")
     end
   end,
   auto_find_batch_size = function(c, v, k)

@@ -214,8 +214,18 @@ def inputs(family, cfg, run, train, rng):
     return out
 
 
-def loss_of(model, family, x, variant):
-    """Trainer.compute_loss: only the loss is kept, the logits are dropped."""
+def loss_of(model, family, x, variant, run=None, held=None):
+    """Trainer.compute_loss: only the loss is kept, the logits are dropped (litgpt's fit
+    loop keeps its logits list: ref.litgpt_loss). run.num_items_in_batch: the Trainer
+    counts the labels first (labels.ne(-100).sum(), kept through the step) and the loss
+    is summed and divided by that count."""
+    run = run or {}
+    if family == "decoder" and variant == "litgpt_chunked":
+        return ref.litgpt_loss(model, x["ids"], x["labels"], int(run["loss_chunk"]), held)
+    if family == "decoder" and run.get("num_items_in_batch"):
+        held["num_items"] = x["labels"].ne(ref.IGNORE).sum()
+        return model(ids=x["ids"], labels=x["labels"], variant=variant,
+                     num_items=held["num_items"])[0]
     if family == "decoder":
         return model(ids=x["ids"], labels=x["labels"], variant=variant)[0]
     if family == "vit":
@@ -304,10 +314,11 @@ def measure(case):
         if train:
             model.train()
             opt = optimizer([p for p in params if p.requires_grad], run)
+            held = {}  # what a trainer's loop keeps across the step (loss_of)
 
             def step(mark):
                 with amp():
-                    loss = loss_of(model, family, x, variant)
+                    loss = loss_of(model, family, x, variant, run, held)
                 mark("forward_end")
                 loss.backward()
                 del loss

@@ -415,18 +415,25 @@ class Decoder(nn.Module):
         return self.norm(h)
 
 
-def lm_loss(logits, labels, V, variant="ce"):
+def lm_loss(logits, labels, V, variant="ce", num_items=None):
     """ForCausalLMLoss (mean); 'one_hot' is the naive -(logp * one_hot).sum(-1) form;
-    'legacy_shift' transformers 4.36-4.44's shift in forward (the caller cast the logits)."""
+    'legacy_shift' transformers 4.36-4.44's shift in forward (the caller cast the logits);
+    'ce_noupcast' the same loss without logits.float() (log_softmax in the logits dtype);
+    num_items: the Trainer's num_items_in_batch (fixed_cross_entropy: reduction "sum",
+    then divided by the count)."""
     if variant == "legacy_shift":
         shift_logits = logits[..., :-1, :].contiguous().view(-1, V)
         shift_labels = labels[..., 1:].contiguous().view(-1)
         return F.cross_entropy(shift_logits, shift_labels)
-    logits = logits.float()
+    if variant != "ce_noupcast":
+        logits = logits.float()
     labels = F.pad(labels, (0, 1), value=IGNORE)  # the padded labels stay bound, as in HF
     shift = labels[..., 1:].contiguous().view(-1)
     logits = logits.view(-1, V)
-    if variant == "ce":
+    if variant in ("ce", "ce_noupcast"):
+        if num_items is not None:
+            loss = F.cross_entropy(logits, shift, ignore_index=IGNORE, reduction="sum")
+            return loss / num_items
         return F.cross_entropy(logits, shift, ignore_index=IGNORE, reduction="mean")
 
     ok = shift != IGNORE
@@ -446,8 +453,10 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, ids=None, embeds=None, labels=None, cache=None, keep=0, variant="ce",
-                cross_states=None):
+                cross_states=None, num_items=None):
         h = self.model(ids, embeds, cache, cross_states)
+        if variant == "liger_fused" and labels is not None:
+            return liger_causal_lm_loss(h, self.lm_head.weight, labels), None
         logits = self.lm_head(h[:, -keep:, :] if keep else h)
         cap = self.cfg.get("final_logit_softcapping")
         if cap is not None:
@@ -456,8 +465,113 @@ class CausalLM(nn.Module):
             logits = logits * cap
         if variant == "legacy_shift" and labels is not None:  # logits.float() in forward
             logits = logits.float()
-        loss = lm_loss(logits, labels, self.cfg["vocab_size"], variant) if labels is not None else None
+        loss = (lm_loss(logits, labels, self.cfg["vocab_size"], variant, num_items)
+                if labels is not None else None)
         return loss, logits
+
+
+# ------------------------------------------------------------------ trainers' losses
+def litgpt_loss(model, ids, labels, chunk, held):
+    """litgpt finetune/{lora,full}.py: logits = model(input_ids, lm_head_chunk_size=128)
+    (GPT.forward: [lm_head(x_i) for x_i in x.split(chunk, dim=1)]), the last chunk sliced,
+    then utils.chunked_cross_entropy on the list (reduction "none" per chunk, torch.cat,
+    sum / max(1, non_masked_elems)); no upcast. The fit loop binds the list to `logits`,
+    which lives through backward and the optimizer step until the next step's model call
+    returns: held["logits"] plays that variable."""
+    h = model.model(ids)
+    logits = [model.lm_head(x_i) for x_i in h.split(chunk, dim=1)]
+    del h
+    held["logits"] = logits  # rebinding lets go of the previous step's list
+    logits[-1] = logits[-1][..., :-1, :]
+    targets = labels[..., 1:]
+    logit_chunks = [c.reshape(-1, c.size(-1)) for c in logits]
+    target_chunks = [t.reshape(-1) for t in targets.split(logits[0].size(1), dim=1)]
+    loss_chunks = [F.cross_entropy(lc, tc, ignore_index=-1, reduction="none")
+                   for lc, tc in zip(logit_chunks, target_chunks)]
+    del logit_chunks, target_chunks
+    non_masked = (targets != -1).sum()
+    return torch.cat(loss_chunks).sum() / max(1, non_masked)
+
+
+def _next_pow2(n):
+    return 1 << (n - 1).bit_length()
+
+
+def _ce_rows_inplace(x, t, loss_out, n_valid):
+    """liger_cross_entropy_kernel on a chunk of logits rows: each row's loss into loss_out
+    and its gradient, (softmax - one_hot(target)) / n_valid (0 for ignored rows), written
+    over the logits. The Triton kernel holds a row in registers; here only per-row
+    vectors (rows x 1) are allocated besides the chunk itself."""
+    ok = t != IGNORE
+    ts = t.masked_fill(~ok, 0)[:, None]
+    m = torch.amax(x, dim=-1, keepdim=True)
+    xt = x.gather(1, ts)
+    x.sub_(m)
+    x.exp_()
+    s = x.sum(-1, keepdim=True)
+    loss_out.copy_((s.float().log() + m.float() - xt.float()).squeeze(1) * ok / n_valid)
+    x.div_(s)
+    x.scatter_add_(1, ts, torch.full_like(xt, -1.0))
+    x.mul_((ok.to(x.dtype) / n_valid)[:, None])
+
+
+class LigerFLCE(torch.autograd.Function):
+    """Liger-Kernel ops/fused_linear_cross_entropy.py (LigerFusedLinearCrossEntropyFunction,
+    reduction "mean", no bias, accum_dtype None) on CPU, the branches of a CUDA sm80+ /
+    torch >= 2.8 run: chunks of `chunk` rows (inc_factor = ceil(V / H), chunk =
+    next_pow2(ceil(BT / inc_factor)), at most BT); grad_input (BT x H) and grad_weight
+    (V x H, parameter dtype, only when the weight trains) allocated in forward and filled
+    there; per chunk the logits (chunk x V, input dtype) become their own gradient in
+    place, grad_input[chunk] = grad_logits @ W (a chunk x H product copied in), and
+    grad_weight gets addmm(out=grad_weight) for bf16/fp16 or `+= mm(...).float()` (a
+    V x H temporary) for fp32. Backward returns the saved gradients (times grad_output
+    in place when it is not 1)."""
+
+    @staticmethod
+    def forward(ctx, x, w, target):
+        BT, H = x.shape
+        V = w.shape[0]
+        inc = -(-V // H)
+        chunk = min(_next_pow2(-(-BT // inc)), BT)
+        grad_input = torch.zeros_like(x)
+        grad_weight = torch.zeros_like(w) if w.requires_grad else None
+        loss_1d = torch.zeros(BT, dtype=torch.float32)
+        mask = target != IGNORE
+        n_valid = mask.sum().item()
+        del mask
+        for s in range(0, BT, chunk):
+            e = min(s + chunk, BT)
+            xc = x[s:e]
+            lg = xc @ w.t()
+            _ce_rows_inplace(lg, target[s:e], loss_1d[s:e], n_valid)
+            grad_input[s:e] = lg @ w
+            if grad_weight is not None:
+                if w.dtype in (torch.bfloat16, torch.float16):
+                    torch.addmm(grad_weight, lg.t(), xc, out=grad_weight)
+                else:
+                    grad_weight += torch.mm(lg.t(), xc).float()
+            del lg, xc
+        loss = torch.sum(loss_1d)
+        ctx.save_for_backward(grad_input, grad_weight)
+        return loss
+
+    @staticmethod
+    def backward(ctx, go):
+        gi, gw = ctx.saved_tensors
+        if not torch.equal(go, torch.tensor(1.0)):
+            gi.mul_(go)
+            if gw is not None:
+                gw.mul_(go)
+        return gi, gw, None
+
+
+def liger_causal_lm_loss(h, weight, labels):
+    """liger_kernel.transformers.model.loss_utils.LigerForCausalLMLoss: labels padded and
+    shifted as transformers does, hidden states flattened (a view), then the fused
+    linear cross-entropy; the B x T x V logits never exist."""
+    labels = F.pad(labels, (0, 1), value=IGNORE)
+    shift = labels[..., 1:].contiguous().view(-1)
+    return LigerFLCE.apply(h.view(-1, h.shape[-1]), weight, shift)
 
 
 # ----------------------------------------------------------------------------- SigLIP
