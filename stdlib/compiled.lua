@@ -23,42 +23,63 @@ Est.__index = Est
 
 -- At batch 1 or seq 1 matmul folds attention operands without copying
 -- (stdlib/layers.lua eager_attention): a different op structure, so those
--- sizes are simulated rather than evaluated from the fit.
+-- sizes have programs of their own, each fitted on first use from four
+-- probes along its line (traced with that structure, vram.fit_program); a
+-- line that cannot be fitted, and (1, 1), are simulated.
+local LINES = { batch = { 1, nil }, seq = { nil, 1 } }
+
 local function direct(self, batch, seq)
-  local r = setmetatable({}, { __index = self.run })
-  for k, v in pairs(self.run) do r[k] = v end
-  r.batch, r.seq = batch, seq
-  return step.run(r)
+  return step.run(with(self.run, { batch = batch, seq = seq }))
+end
+
+local function trace(run, batch, seq, exact)
+  -- exact bytes (the block rounding is applied at eval), the run's own
+  -- kernels' buffers
+  local st = step.run(with(run, { batch = batch, seq = seq, kernels_of = run.framework,
+    framework = frameworks.EXACT, trace = true, trace_exact = exact }))
+  return st.trace, st.names
+end
+
+-- The program for (batch, seq): the general one, a line's, or nil.
+local function program(self, batch, seq)
+  if batch ~= 1 and seq ~= 1 then return self.prog end
+  if batch == 1 and seq == 1 then return nil end
+  local line = batch == 1 and "batch" or "seq"
+  if self.lines[line] == nil then
+    local traces, names = {}, nil
+    for i, x in ipairs({ 2, 3, 4, 5 }) do
+      traces[i], names = trace(self.run, LINES[line][1] or x, LINES[line][2] or x, true)
+    end
+    local alloc = frameworks.of(self.run).allocator
+    self.lines[line] = vram.fit_program(traces, names, alloc and alloc.round or 0) or false
+  end
+  return self.lines[line] or nil
 end
 
 function Est:peak(batch, seq)
-  if batch == 1 or seq == 1 then return direct(self, batch, seq).peak end
-  return self.prog:peak(batch, seq)
+  local prog = program(self, batch, seq)
+  if prog then return prog:peak(batch, seq) end
+  return direct(self, batch, seq).peak
 end
 
 function Est:eval(batch, seq)
-  if batch == 1 or seq == 1 then
-    local st = direct(self, batch, seq)
-    return { peak = st.peak, peak_phase = st.peak_phase, peak_op = st.peak_op,
-      at_peak = st.at_peak }
-  end
-  return self.prog:eval(batch, seq)
+  local prog = program(self, batch, seq)
+  if prog then return prog:eval(batch, seq) end
+  local st = direct(self, batch, seq)
+  return { peak = st.peak, peak_phase = st.peak_phase, peak_op = st.peak_op,
+    at_peak = st.at_peak }
 end
 
 function M.compile(run, where)
   local traces, names = {}, nil
   for i, p in ipairs(PROBES) do
-    -- exact bytes (the block rounding is applied at eval), the run's own
-    -- kernels' buffers
-    local r = with(run, { batch = p[1], seq = p[2], kernels_of = run.framework,
-      framework = frameworks.EXACT, trace = true })
-    local st = step.run(r)
-    traces[i], names = st.trace, names or st.names
+    local tr, nm = trace(run, p[1], p[2])
+    traces[i], names = tr, names or nm
   end
   local alloc = frameworks.of(run).allocator
   local prog, why = vram.fit_program(traces, names, alloc and alloc.round or 0)
   if not prog then errors.input(where, "", "this run cannot be compiled: " .. why) end
-  return setmetatable({ prog = prog, run = run }, Est)
+  return setmetatable({ prog = prog, run = run, lines = {} }, Est)
 end
 
 return M

@@ -67,8 +67,11 @@ R.FIELDS = {
   -- set by the tools for one simulation, never by a spec
   timeline = { "record the step's timeline (a report draws it)" },
   trace = { "trace the tape for a compiled estimate (stdlib/compiled.lua)" },
+  trace_exact = { "a probe traced with the op structure of its own sizes, not the "
+    .. "general one (a batch-1 or seq-1 line, stdlib/compiled.lua)" },
   kernels_of = { "framework whose CPU kernels' buffers a probe counts (compiled.lua)" },
-  compose = { "false: simulate every layer instead of composing identical ones" },
+  compose = { "false: simulate every layer, decode step and repeated micro-batch instead "
+    .. "of composing identical ones (stdlib/step.lua repeat_steps)" },
   -- set by simulator modules on the run they hand the decoder
   past = { "tokens already in the KV cache (tokens)" },
   cache = { "the KV cache being filled, nil without one" },

@@ -99,7 +99,7 @@ function M.new_sim(run)
   -- CPU kernels' own buffers follow the run's framework, also in a
   -- compiled-estimate probe (which counts exact bytes as pytorch-cpu)
   S.cpu = frameworks.get(run.kernels_of or run.framework).cpu_kernels or false
-  S.general_sizes = run.trace and true or nil
+  S.general_sizes = (run.trace and not run.trace_exact) and true or nil
   S.sum_out_of_place = run.grad_sum == "out_of_place" -- torch < 2.0 (stdlib/truth.lua)
   if alloc then S.tape:rounding(alloc.round, alloc.small_max, alloc.large_round) end
   if run.trace then S.tape:trace(run.batch, run.seq) end -- a compiled-estimate probe

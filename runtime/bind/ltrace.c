@@ -40,22 +40,24 @@ static box *newbox(lua_State *L, const char *meta, vr_trace *tr) {
 
 vr_trace **vb_push_trace_box(lua_State *L) { return &newbox(L, TRACE, NULL)->tr; }
 
-/* vram.fit_program({trace x 7}, {names} [, round]) -> program | nil, reason */
+/* vram.fit_program({trace x 7 | x 4}, {names} [, round]) -> program | nil, reason
+ * (7: the standard probes; 4: a line at batch 1 or seq 1, trace.h) */
 static int l_fit(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   const vr_trace *trs[7];
   int64_t round = lua_isnoneornil(L, 3) ? 0 : vb_checkint(L, 3, 0, "rounding");
-  if (luaL_len(L, 1) != 7) return luaL_argerror(L, 1, "expected the 7 probe traces");
+  lua_Integer k = luaL_len(L, 1);
+  if (k != 7 && k != 4) return luaL_argerror(L, 1, "expected the 7 (or 4) probe traces");
   lua_settop(L, 3);
   /* each trace stays on the stack: a weak list cannot lose one mid-fit */
-  for (int i = 0; i < 7; i++) {
+  for (int i = 0; i < (int)k; i++) {
     lua_rawgeti(L, 1, i + 1);
     trs[i] = checkbox(L, -1, TRACE, 1);
   }
   const char *why = NULL;
   box *b = newbox(L, PROGRAM, NULL); /* first: raising later would leak the program */
-  b->tr = vr_trace_fit(trs, 7, round, &why);
+  b->tr = vr_trace_fit(trs, (int)k, round, &why);
   if (!b->tr) {
     luaL_pushfail(L);
     lua_pushstring(L, why && *why ? why : "out of memory");
@@ -79,7 +81,12 @@ static void push_name(lua_State *L, int index) {
 /* Evaluates prog(batch, seq) from the arguments, or raises the overflow. */
 static void evaluate(lua_State *L, const char *method, vr_trace_result *r) {
   int64_t batch = vb_checkint(L, 2, 1, "batch"), seq = vb_checkint(L, 3, 1, "seq");
-  if (!vr_trace_eval(checkbox(L, 1, PROGRAM, 1), batch, seq, r))
+  const vr_trace *prog = checkbox(L, 1, PROGRAM, 1);
+  if (prog->batch > 0 && batch != prog->batch)
+    luaL_argerror(L, 2, "this program answers batch 1 only (a line program)");
+  if (prog->seq > 0 && seq != prog->seq)
+    luaL_argerror(L, 3, "this program answers seq 1 only (a line program)");
+  if (!vr_trace_eval(prog, batch, seq, r))
     luaL_error(L, "program:%s: sizes overflow int64 at batch %I, seq %I", method,
                (lua_Integer)batch, (lua_Integer)seq);
 }

@@ -54,6 +54,11 @@ static bool poly(const int64_t c[VR_MONOMIALS], int64_t b, int64_t t, int64_t *o
 static const int64_t PROBE_B[] = {1, 1, 1, 2, 2, 2, 3};
 static const int64_t PROBE_T[] = {1, 2, 3, 1, 2, 3, 5};
 
+/* The probes of a line program (one size held at 1, where the op
+ * structure differs from the general case): the other size at 2, 3, 4,
+ * then 5 to confirm. */
+static const int64_t LINE_X[] = {2, 3, 4, 5};
+
 /* v(T) = a + b T + c T^2 through T = 1, 2, 3; false when the second
  * difference is odd (not an integer polynomial) or a step overflows. */
 static bool quad(const int64_t v[3], int64_t q[3]) {
@@ -160,6 +165,55 @@ static const char *fit_delta(const vr_trace *const *tr, size_t j, vr_op *op) {
   return NULL;
 }
 
+/* A DELTA's polynomial in x from its values at x = 2, 3, 4, confirmed at
+ * 5: p(x) = q0 + q1 (x - 1) + q2 (x - 1)^2. Coefficients of 1, x, x^2 in
+ * c; NULL or the reason. */
+static const char *fit_line(const vr_trace *const *tr, size_t j, int64_t c[3]) {
+  int64_t v[3] = {tr[0]->ops[j].value, tr[1]->ops[j].value, tr[2]->ops[j].value};
+  int64_t q[3], t = 0, x = LINE_X[3], check = 0;
+  if (!quad(v, q)) return "a size is not an integer polynomial of degree 2";
+  if (!vr_sub(q[0], q[1], &c[0]) || !vr_add(c[0], q[2], &c[0]) || !vr_mul(q[2], 2, &t) ||
+      !vr_sub(q[1], t, &c[1]))
+    return "a size's polynomial overflows int64";
+  c[2] = q[2];
+  if (!vr_mul(c[2], x, &check) || !vr_add(check, c[1], &check) || !vr_mul(check, x, &check) ||
+      !vr_add(check, c[0], &check) || check != tr[3]->ops[j].value)
+    return "a size is not a polynomial of degree 2";
+  return NULL;
+}
+
+/* Which probes the k traces are: 0 the standard seven, 1 a line at batch
+ * 1, 2 a line at seq 1, -1 neither. */
+static int probe_kind(const vr_trace *const *tr, int k) {
+  bool std = k == 7, b1 = k == 4, t1 = k == 4;
+  for (int i = 0; i < k; i++) {
+    if (tr[i]->n != tr[0]->n) return -1;
+    std = std && tr[i]->batch == PROBE_B[i] && tr[i]->seq == PROBE_T[i];
+    b1 = b1 && tr[i]->batch == 1 && tr[i]->seq == LINE_X[i];
+    t1 = t1 && tr[i]->seq == 1 && tr[i]->batch == LINE_X[i];
+  }
+  return std ? 0 : b1 ? 1 : t1 ? 2 : -1;
+}
+
+/* A DELTA's coefficients under probes of the given kind; NULL or the reason. */
+static const char *fit_any(const vr_trace *const *tr, int kind, size_t j, vr_op *op) {
+  int64_t c[3] = {0, 0, 0};
+  const char *why = NULL;
+  if (kind == 0) return fit_delta(tr, j, op);
+  if ((why = fit_line(tr, j, c)) != NULL) return why;
+  memset(op->coef, 0, sizeof op->coef);
+  if (kind == 1) { /* batch 1: 1, T, T^2 */
+    op->coef[0] = c[0];
+    op->coef[2] = c[1];
+    op->coef[4] = c[2];
+  } else { /* seq 1: 1, B; a B^2 term has no monomial */
+    if (c[2] != 0) return "a size grows with the square of the batch";
+    op->coef[0] = c[0];
+    op->coef[1] = c[1];
+  }
+  return NULL;
+}
+
 /* A composed layer's new gradients in the program's blocks: the GRAD ops
  * that follow its BULK_BWD at j. */
 static bool bulk_grads(const vr_trace *tr, size_t j, int64_t round, int64_t *out) {
@@ -173,18 +227,19 @@ static bool bulk_grads(const vr_trace *tr, size_t j, int64_t round, int64_t *out
 vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, int64_t round, const char **why) {
   vr_trace *out = NULL;
   *why = "";
-  if (k != 7) {
-    *why = "needs the 7 standard probes";
+  int kind = k == 7 || k == 4 ? probe_kind(tr, k) : -1;
+  if (kind < 0) {
+    bool shape = k == 7 || k == 4;
+    for (int i = 0; shape && i < k; i++) shape = tr[i]->n == tr[0]->n;
+    *why = !shape ? "the probes' traces differ in shape (a size-dependent branch)"
+                  : "needs the 7 standard probes, or 4 of a line at batch 1 or seq 1";
     return NULL;
   }
-  for (int i = 0; i < k; i++)
-    if (tr[i]->batch != PROBE_B[i] || tr[i]->seq != PROBE_T[i] || tr[i]->n != tr[0]->n) {
-      *why = "the probes' traces differ in shape (a size-dependent branch)";
-      return NULL;
-    }
   out = vr_trace_new(&tr[0]->mem);
   if (!out) goto nomem;
   out->round = round;
+  out->batch = kind == 1 ? 1 : 0; /* a line program answers only there */
+  out->seq = kind == 2 ? 1 : 0;
   for (size_t j = 0; j < tr[0]->n; j++) {
     vr_op op = tr[0]->ops[j];
     for (int i = 1; i < k; i++) {
@@ -197,7 +252,7 @@ vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, int64_t round, const ch
       }
     }
     if (op.kind == VR_OP_GRAD) continue; /* folded into its BULK_BWD */
-    if (op.kind == VR_OP_DELTA && (*why = fit_delta(tr, j, &op)) != NULL) goto fail;
+    if (op.kind == VR_OP_DELTA && (*why = fit_any(tr, kind, j, &op)) != NULL) goto fail;
     if (op.kind == VR_OP_BULK_BWD && !bulk_grads(tr[0], j, round, &op.extra_rounded)) {
       *why = "a composed layer's gradient bytes overflow int64";
       goto fail;

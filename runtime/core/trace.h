@@ -36,7 +36,8 @@ typedef struct {
 typedef struct vr_trace {
   vr_op *ops;
   size_t n, cap;
-  int64_t batch, seq;             /* the probe this trace was recorded at */
+  int64_t batch, seq;             /* the probe this trace was recorded at; in a program,
+                                     a size it holds fixed (a line program), else 0 */
   int64_t round;                  /* programs: the allocator block every tensor rounds to */
   vr_mem mem;                     /* where ops (and the trace itself, if new) live */
 } vr_trace;
@@ -52,7 +53,11 @@ void vr_trace_release(vr_trace *tr);
 /* Fits a program from k traces recorded at the probes' (batch, seq): they
  * must agree op by op; DELTA values must be an integer polynomial that the
  * last probe confirms exactly. Returns NULL (and a reason) otherwise. The
- * program is allocated through the first trace's allocator. */
+ * program is allocated through the first trace's allocator. k = 7: the
+ * standard probes, any (batch, seq). k = 4: a line program, where batch 1
+ * or seq 1 gives the ops another structure: (1, T) at T = 2, 3, 4, 5
+ * answers batch 1 (its batch field is 1), (B, 1) at B = 2, 3, 4, 5 answers
+ * seq 1 (seq field 1). */
 vr_trace *vr_trace_fit(const vr_trace *const *traces, int k, int64_t round, const char **why);
 
 typedef struct {

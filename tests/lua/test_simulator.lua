@@ -296,7 +296,9 @@ function tests.compiled_estimates_equal_the_simulation_at_any_size()
   }
   for k, run in ipairs(variants) do
     local est = compiled.compile(run)
-    for _, bt in ipairs({ { 1, 7 }, { 3, 64 }, { 2, 333 } }) do
+    -- batch 1 and seq 1 have line programs of their own (one structure each)
+    for _, bt in ipairs({ { 1, 7 }, { 3, 64 }, { 2, 333 }, { 1, 2 }, { 1, 300 }, { 5, 1 },
+      { 2, 1 }, { 1, 1 } }) do
       local r = {}
       for key, v in pairs(run) do r[key] = v end
       r.batch, r.seq = bt[1], bt[2]
@@ -308,6 +310,7 @@ function tests.compiled_estimates_equal_the_simulation_at_any_size()
       T.eq(e.at_peak.activations, st.at_peak.activations, what .. " activations")
       T.eq(est:peak(bt[1], bt[2]), st.peak, what .. " peak()")
     end
+    T.ok(est.lines.batch and est.lines.seq, "variant " .. k .. ": both lines were fitted")
   end
 end
 

@@ -1,6 +1,7 @@
 /* Unit tests of runtime/core/trace.c: fitting probe traces into a program
  * and evaluating it. Expected values are the polynomials written out. */
 #include <check.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -105,6 +106,66 @@ START_TEST(evaluation_should_report_overflow_instead_of_wrapping) {
 }
 END_TEST
 
+/* Four probe traces along a line: batch held at 1 (seq 2..5) or seq held
+ * at 1 (batch 2..5), as stdlib/compiled.lua records them. */
+static void line_probes(vr_trace tr[4], bool batch_one, size_fn act) {
+  for (int i = 0; i < 4; i++) {
+    int64_t x = i + 2, b = batch_one ? 1 : x, t = batch_one ? x : 1;
+    tr[i] = (vr_trace){0};
+    tr[i].batch = b;
+    tr[i].seq = t;
+    ck_assert(vr_trace_push(&tr[i], (vr_op){VR_OP_DELTA, 0, 1, 0, 1000, 0, 0, {0}}));
+    ck_assert(vr_trace_push(&tr[i], (vr_op){VR_OP_DELTA, 4, 2, 0, act(b, t), 0, 0, {0}}));
+    ck_assert(vr_trace_push(&tr[i], (vr_op){VR_OP_DELTA, 4, 3, 0, -act(b, t), 0, 0, {0}}));
+  }
+}
+
+static vr_trace *fit_line(vr_trace tr[4], const char **why) {
+  const vr_trace *p[4] = {&tr[0], &tr[1], &tr[2], &tr[3]};
+  *why = NULL;
+  return vr_trace_fit(p, 4, 0, why);
+}
+
+START_TEST(a_line_program_should_reproduce_its_polynomial_along_its_line) {
+  vr_trace tr[4];
+  const char *why = NULL;
+  vr_trace_result r;
+  line_probes(tr, true, attention);
+  vr_trace *prog = fit_line(tr, &why);
+  ck_assert_ptr_nonnull(prog);
+  ck_assert_int_eq(prog->batch, 1);
+  ck_assert_int_eq(prog->seq, 0);
+  ck_assert(vr_trace_eval(prog, 1, 4096, &r));
+  ck_assert_int_eq(r.peak, 1000 + attention(1, 4096));
+  vr_trace_free(prog);
+  for (int i = 0; i < 4; i++) vr_trace_release(&tr[i]);
+  line_probes(tr, false, attention);
+  prog = fit_line(tr, &why);
+  ck_assert_ptr_nonnull(prog);
+  ck_assert_int_eq(prog->seq, 1);
+  ck_assert(vr_trace_eval(prog, 77, 1, &r));
+  ck_assert_int_eq(r.peak, 1000 + attention(77, 1));
+  vr_trace_free(prog);
+  for (int i = 0; i < 4; i++) vr_trace_release(&tr[i]);
+}
+END_TEST
+
+static int64_t batch_squared(int64_t b, int64_t t) { return b * b * t; }
+
+START_TEST(a_line_that_no_monomial_can_hold_should_be_refused) {
+  vr_trace tr[4];
+  const char *why = NULL;
+  line_probes(tr, false, batch_squared); /* seq 1: B^2 has no monomial */
+  ck_assert_ptr_null(fit_line(tr, &why));
+  ck_assert_str_eq(why, "a size grows with the square of the batch");
+  for (int i = 0; i < 4; i++) vr_trace_release(&tr[i]);
+  line_probes(tr, true, not_polynomial); /* 2, 3, 4 then 4: the check at 5 fails */
+  ck_assert_ptr_null(fit_line(tr, &why));
+  ck_assert_str_eq(why, "a size is not a polynomial of degree 2");
+  for (int i = 0; i < 4; i++) vr_trace_release(&tr[i]);
+}
+END_TEST
+
 static Suite *trace_suite(void) {
   Suite *s = suite_create("trace");
   TCase *tc = tcase_create("fit");
@@ -113,6 +174,8 @@ static Suite *trace_suite(void) {
   tcase_add_test(tc, a_size_that_is_not_a_polynomial_should_be_refused);
   tcase_add_test(tc, traces_of_different_shapes_should_be_refused);
   tcase_add_test(tc, evaluation_should_report_overflow_instead_of_wrapping);
+  tcase_add_test(tc, a_line_program_should_reproduce_its_polynomial_along_its_line);
+  tcase_add_test(tc, a_line_that_no_monomial_can_hold_should_be_refused);
   suite_add_tcase(s, tc);
   return s;
 }
