@@ -12,15 +12,26 @@ O.names = { "none", "sgd", "sgd_momentum", "momentum", "adam", "adamw", "adam8bi
 function O.init_state(S, params, opt)
   local name = opt.name
   if name == "none" or name == "sgd" then return end
+  local known = {} -- dtype -> rows -> cols -> bytes: layers repeat their shapes
   for _, p in ipairs(params) do
     local state_dt = opt.state_dtype or p.dt
     local rows = p.rows or p.n
-    local b = vram.optimizer_state(name == "sgd_momentum" and "momentum" or name, rows,
-      p.n // rows, state_dt, opt.momentum_dtype)
+    local cols = p.n // rows
+    local by_rows = known[state_dt] or {}
+    known[state_dt] = by_rows
+    local by_cols = by_rows[rows] or {}
+    by_rows[rows] = by_cols
     -- Adam-like states are two tensors per parameter, each its own block
-    local parts = (name == "adam" or name == "adamw" or name == "adam8bit") and 2 or 1
-    for _ = 1, parts do
-      if b > 0 then S.tape:alloc(S:round_bytes(b // parts), "optimizer_state", "optimizer.state") end
+    local parts = (name == "adam" or name == "adam8bit" or name == "adamw") and 2 or 1
+    local block = by_cols[cols] -- one state tensor as the allocator hands it out, or false
+    if block == nil then
+      local b = vram.optimizer_state(name == "sgd_momentum" and "momentum" or name, rows, cols,
+        state_dt, opt.momentum_dtype)
+      block = b > 0 and S:round_bytes(b // parts)
+      by_cols[cols] = block
+    end
+    if block then
+      for _ = 1, parts do S.tape:alloc(block, "optimizer_state", "optimizer.state") end
     end
     if (name == "adam" or name == "adamw") and (opt.step_bytes or 0) > 0 then
       S.tape:alloc(S:round_bytes(opt.step_bytes), "optimizer_state", "optimizer.step_count")

@@ -20,6 +20,7 @@ function Sim.new(opts)
     round = opts.round,
     params = {},        -- every parameter created, in model.parameters() order
     params_on_tape = true,
+    sizes = {},         -- dtype -> {elements -> bytes}: Sim:bytes, memoized
   }, Sim)
 end
 
@@ -44,8 +45,21 @@ function Sim:round_bytes(b)
   return self.round and vram.round_up(b, self.round) or b
 end
 
--- Bytes of n elements as the allocator hands them out.
-function Sim:bytes(dt, n) return self:round_bytes(bytes(dt, n)) end
+-- Bytes of n elements as the allocator hands them out (asked for the same
+-- few sizes thousands of times a step, so remembered per simulator).
+function Sim:bytes(dt, n)
+  local by = self.sizes[dt]
+  if not by then
+    by = {}
+    self.sizes[dt] = by
+  end
+  local b = by[n]
+  if not b then
+    b = self:round_bytes(bytes(dt, n))
+    by[n] = b
+  end
+  return b
+end
 
 -- A fresh tensor of n elements of dtype dt. rg: requires grad.
 -- self.split (label -> k): ops whose output is scattered over k ranks
