@@ -56,11 +56,36 @@ function tests.vl_budget_prints_the_processors_token_counts_and_cache_sizes()
   has(out, "REFUSED", "doctor matrix")
 end
 
-function tests.yxanul_recipe_derives_weights_and_optimizer_from_the_parameter_count()
+-- Seed 004: the FP8 path's model (src/model_fp8_optimized.py) is the
+-- factorized model plus an untied 768 x 200005 bf16 head; AdamW states in
+-- bf16; FP8 speeds up the te.Linear GEMMs only.
+function tests.yxanul_recipe_answers_with_the_fp8_files_model()
   local out = run("yxanul_batches.lua")
-  has(out, "196398464 parameters")
-  has(out, ("%.1f MiB"):format(196398464 * 2 / (1 << 20)))
-  has(out, ("%.1f MiB"):format(196398464 * 8 / (1 << 20)))
+  local tied = 25698944 + 28 * 6096384 + 768 -- models/yxanul.lua's breakdown
+  local params = tied + 768 * 200005
+  has(out, ("%d parameters"):format(params))
+  -- te.Linear: q, o 768 x 768; k, v 768 x 128 (2 kv heads x 64); gate, up, down 768 x 2048
+  local n_te = 28 * (2 * 768 * 768 + 2 * 768 * 128 + 3 * 768 * 2048)
+  has(out, ("te.Linear (fp8 GEMMs): %d"):format(n_te))
+  has(out, ("%.1f MiB; fp8 copies are per step"):format(params * 2 / (1 << 20)))
+  has(out, ("%.1f MiB is src/model.py's tied model"):format(tied * 2 / (1 << 20)))
+  has(out, ("%d x 4 B = %.1f MiB"):format(params, params * 4 / (1 << 20)))
+  -- tokens/s ratio at seq 8 on the RTX 4090 (165 / 330 TFLOP/s): the head,
+  -- the embedding projection and attention stay bf16
+  local bf = 6 * (768 * 200005 + 128 * 768) + 12 * 28 * 768 * 8
+  local te = 6 * n_te
+  local ratio = ((te + bf) / 165e12) / (te / 330e12 + bf / 165e12)
+  has(out, ("FP8 gives %.2fx at seq 8"):format(ratio))
+  -- the run train_fp8.py makes of the ultra curriculum's 4096 at seq 8: x 1.3
+  has(out, ("batch 4096 x 1.3 = %d, FP8"):format(4096 * 13 // 10))
+  has(out, "\nAnswer:\n")
+  T.ok(out:find("as given: needs [%d.]+ GiB of 23.99 GiB: does not fit") ~= nil, "5324 does not fit")
+  T.ok(out:find("cheapest change set that fits") ~= nil, "a change set fits")
+  for _, claim in ipairs({ "Model (FP8): 187.3 MB", "Optimizer (Adam): 1,872.6 MB",
+    "FP8 training (half the memory of FP16)", "'2x throughput" }) do
+    T.ok(out:find("WRONG " .. (claim:sub(1, 1) == "'" and "" or "'") .. claim, 1, true) ~= nil,
+      claim .. " judged wrong")
+  end
 end
 
 function tests.ppo_fix_finds_the_combination_that_fits_and_counts_image_tokens()
