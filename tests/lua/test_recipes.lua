@@ -44,16 +44,35 @@ function tests.nvfp4_recipe_counts_qwen3_4b_and_the_static_bytes()
   has(out, ("%.2f GiB at once"):format(4022468096 * 6 / (1 << 30)))
 end
 
-function tests.vl_budget_prints_the_processors_token_counts_and_cache_sizes()
+-- Seed 003: tokens from the processors' rules, the seed's refusal rules
+-- beside the simulated verdicts, and the answer to its 16 GB Mac floor.
+function tests.vl_budget_answers_the_seeds_floors_with_its_own_rules_first()
   local out = run("vl_budget.lua")
-  for _, row in ipairs({ { "paligemma-3b-mix-224", 256 }, { "qwen2-vl-2b-instruct", 576 },
-    { "internvl2-2b", 256 }, { "mistral-small-3.1-24b", 3025 } }) do
-    has(out, ("%-24s %6d"):format(row[1], row[2]), row[1])
+  -- side, [IMG]-like tokens, what the language model holds
+  for _, row in ipairs({
+    { "paligemma-3b-mix-224", 224, (224 // 14) ^ 2, (224 // 14) ^ 2 },
+    { "qwen2-vl-2b-instruct", 672, (672 // 28) ^ 2, (672 // 28) ^ 2 },
+    -- InternVL: (448 / 14)^2 patches, pixel shuffle 0.5 each way, <img> </img>
+    { "internvl2-2b", 448, (448 // 14) ^ 2 // 4, (448 // 14) ^ 2 // 4 + 2 },
+    -- Mistral Small 3.1: patch 14, merge 2: 55 x 55 [IMG], 54 [IMG_BREAK] + [IMG_END]
+    { "mistral-small-3.1-24b", 1540, 55 * 55, 55 * 55 + 55 } }) do
+    has(out, ("%-24s %6d %8d %8d"):format(row[1], row[2], math.tointeger(row[3]),
+      math.tointeger(row[4])), row[1])
   end
   -- 3 x 224 x 224 fp32 = 602,112 B; Qwen2-VL 48^2 patches x 1176 values fp32
   has(out, ("%12.2f"):format(3 * 224 * 224 * 4 / 1e6))
   has(out, ("%12.2f"):format(48 * 48 * 1176 * 4 / 1e6))
-  has(out, "REFUSED", "doctor matrix")
+  -- the seed's rules: CPU refused for good; the 24B base refused on MPS unless --force
+  T.ok(out:find("\nmistral%-small%-3%.1%-24b +REFUSED / %- +ok / NO [%d.]+ +ok / NO [%d.]+ +"
+    .. "force / NO [%d.]+ +force / fits [%d.]+ +ok / fits") ~= nil, "the 24B row of the matrix")
+  -- Metal's working set on the 16 GB M2: 16 GiB x 3 / 4
+  has(out, ("working set %.2f GB"):format(16 * (1 << 30) * 3 / 4 / 1e9))
+  has(out, "\nAnswer:\n")
+  -- Mistral-Small-3.1-24B's published parameter count, fp16
+  has(out, ("24011361280 parameters x 2 B = %.2f GB"):format(24011361280 * 2 / 1e9))
+  has(out, "WRONG 'CUDA 48 GB+ for serious LoRA work'")
+  has(out, "WRONG 'Qwen2-VL caches ~4.5 MB per 672^2 image'")
+  has(out, "RIGHT '3025 image tokens per image'")
 end
 
 -- Seed 004: the FP8 path's model (src/model_fp8_optimized.py) is the
