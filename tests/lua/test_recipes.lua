@@ -42,6 +42,20 @@ function tests.nvfp4_recipe_counts_qwen3_4b_and_the_static_bytes()
   has(out, ("%.2f GiB (%.2f GB)"):format(4022468096 * 6.5 / (1 << 30), 4022468096 * 6.5 / 1e9))
   -- load-time overlap: bf16 raw + fp32 parameters
   has(out, ("%.2f GiB at once"):format(4022468096 * 6 / (1 << 30)))
+  -- the lmHead the seed says the code added: 151936 x 2560 more parameters
+  local untied = 4022468096 + 151936 * 2560
+  has(out, ("lmHead a parameter of its own (the seed's code)          %d"):format(untied))
+  has(out, ("adds %d parameters"):format(151936 * 2560))
+  has(out, ("%d x 6.5 B = %.2f GB"):format(untied, untied * 6.5 / 1e9))
+  -- the raw tensor map on unified memory: bf16, or NVFP4 (4 bits + an fp8 scale per 16
+  -- values + one fp32 tensor scale)
+  has(out, ("(%.2f GB of tensors)"):format(untied * 2 / 1e9))
+  has(out, ("(%.2f GB of tensors)"):format((untied // 2 + untied // 16 + 4) / 1e9))
+  has(out, ("2 x 4 B x %d = %.2f GB"):format(untied, 8 * untied / 1e9))
+  has(out, "\nAnswer:\n")
+  T.ok(out:find("as given: needs [%d.]+ GiB of 23.99 GiB: does not fit") ~= nil,
+    "the seed's flags do not fit 24 GB with the untied head")
+  T.ok(out:find("cheapest change set that fits") ~= nil, "some of its flags do")
 end
 
 -- Seed 003: tokens from the processors' rules, the seed's refusal rules
