@@ -52,9 +52,11 @@ end
 function M.of(run) return M.get(run.framework) end
 
 -- Bytes of the device the step may allocate from: the whole device, or the
--- pool a preallocating framework takes.
-function M.usable(p, gpu)
-  local f = p.prealloc or p.working_set
+-- pool a preallocating framework takes (run.xla.mem_fraction overrides the
+-- profile's fraction: stdlib/xla.lua).
+function M.usable(p, gpu, run)
+  local f = p.prealloc and (run and run.xla and run.xla.mem_fraction or p.prealloc)
+    or p.working_set
   return f and math.floor(gpu.bytes * f) or gpu.bytes
 end
 
@@ -83,8 +85,9 @@ function M.need(p, reserved) return reserved + (p.context or 0) end
 
 -- What the device shows in use (nvidia-smi): the need, or the whole pool
 -- when the framework preallocates one and the step fits inside it.
-function M.device_total(p, st, gpu)
-  if gpu and p.prealloc then return math.max(st.peak, M.usable(p, gpu)) end
+function M.device_total(p, st, gpu, run)
+  local grows = run and run.xla and run.xla.preallocate == false -- allocates on demand
+  if gpu and p.prealloc and not grows then return math.max(st.peak, M.usable(p, gpu, run)) end
   return M.need(p, st.peak_reserved)
 end
 

@@ -9,6 +9,10 @@ local layers = require("stdlib.layers")
 -- "sum", then divided by it); the loss takes it over.
 function L.causal_lm(S, logits, rows, vocab, batch, seq, impl, opt)
   opt = opt or {}
+  if S.jit and S.jit.fused_loss then
+    S:drop(opt.count)
+    return L.fused_xla(S, logits)
+  end
   local count = opt.count
   local lf = opt.upcast == false and S:view(logits) or S:to(logits, "fp32", "loss.logits_float")
   -- labels padded by one and shifted; the logits are not sliced
@@ -53,6 +57,21 @@ function L.causal_lm(S, logits, rows, vocab, batch, seq, impl, opt)
     end
   end
   S:drop(lf, padded, shift)
+  return loss
+end
+
+-- A jitted loss (stdlib/frameworks/jax.lua, fused_loss): log_softmax and
+-- its one_hot product or take_along_axis gather are elementwise chains XLA
+-- fuses into row reductions, so no B x T x V one_hot, product or
+-- log_softmax exists. The fp32 logits stay as the backward's residual
+-- (softmax is recomputed from them inside the backward fusion), and the
+-- backward writes one B x T x V gradient of them. Labels are int32 [B, T]
+-- inputs (negligible).
+function L.fused_xla(S, logits)
+  local lf = S:to(logits, "fp32", "loss.logits_float")
+  local loss = S:new_tensor(1, "fp32", "loss.fused", S:rg(lf))
+  S:node("loss.fused", { lf }, { { lf, lf.b } }, { loss })
+  S:drop(lf)
   return loss
 end
 

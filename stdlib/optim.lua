@@ -56,6 +56,8 @@ end
 
 -- optimizer.step(): only the transients; states are updated in place.
 function O.step(S, params, opt)
+  -- a jitted step fuses the update into the writes of the new state
+  if S.jit and S.jit.fused_optimizer then return end
   local name, fe = opt.name, opt.foreach
   local wd = opt.weight_decay or 0
   local tape = S.tape

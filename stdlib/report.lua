@@ -29,6 +29,20 @@ function R.budget(st, run, gpu_name)
   local gpu = gpus.find(gpu_name or run.gpu)
   b.framework = fw.name
   b.assumptions = frameworks.notes(fw, gpu)
+  local xla = require("stdlib.xla")
+  local rules = xla.rules(run)
+  if rules then
+    if rules.fraction ~= fw.prealloc then -- the run's own pool replaces the profile's first line
+      b.assumptions[1] = ("XLA's pool: %s=%g of the device"):format(fw.env.fraction, rules.fraction)
+    end
+    b.assumptions[#b.assumptions + 1] = xla.donation_note(rules)
+    local t = xla.terms(st)
+    if t then
+      b.xla = { argument_size_in_bytes = t.arguments, output_size_in_bytes = t.outputs,
+        alias_size_in_bytes = t.alias, temp_size_in_bytes = t.temp }
+      for _, l in ipairs(xla.lines(t)) do b.assumptions[#b.assumptions + 1] = l end
+    end
+  end
   for _, a in ipairs(run.model_assumptions or {}) do b.assumptions[#b.assumptions + 1] = a end
   local q = run.quant
   if q and not q.master and require("stdlib.layers").BNB4[q.store] then
@@ -44,10 +58,10 @@ function R.budget(st, run, gpu_name)
     b.assumptions[#b.assumptions + 1] = "reserved: caching-allocator block rounding, "
       .. "fragmentation not modelled (a lower bound)"
   end
-  b.device_total_bytes = frameworks.device_total(fw, st, gpu)
+  b.device_total_bytes = frameworks.device_total(fw, st, gpu, run)
   if gpu then
     b.gpu = { id = gpu.id, name = gpu.name, bytes = gpu.bytes }
-    local need, usable = frameworks.need(fw, st.peak_reserved), frameworks.usable(fw, gpu)
+    local need, usable = frameworks.need(fw, st.peak_reserved), frameworks.usable(fw, gpu, run)
     b.fits = need <= usable
     b.headroom_bytes = usable - need
   end

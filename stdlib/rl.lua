@@ -10,6 +10,7 @@
 local optim = require("stdlib.optim")
 local step = require("stdlib.step")
 local errors = require("stdlib.errors")
+local xla = require("stdlib.xla")
 
 local M = {}
 
@@ -56,7 +57,9 @@ function M.simulate(family, run)
   end
   local critic = rl.value and family.build_critic(S, run, step.policies(run))
   trainable = step.trainable(S, params)
+  local before_state = S.tape:live()
   optim.init_state(S, trainable, run.optimizer)
+  local state_bytes = S.tape:live() - before_state
   local inputs = family.inputs(S, run, P)
   local tape = S.tape
   local N = rl.new_tokens or 0
@@ -85,8 +88,12 @@ function M.simulate(family, run)
   local mb = math.min(rl.minibatch or run.batch, run.batch)
   local steps = (run.batch + mb - 1) // mb
   local part = with(full, { batch = mb })
+  local arguments = tape:live()
+  -- each minibatch step is one jitted call on a jitted framework: its
+  -- outputs are buffers of their own unless donated (stdlib/xla.lua)
   step.repeat_steps(S, run, steps, function()
     tape:phase("update_forward")
+    local outs = xla.begin_outputs(S, trainable, state_bytes)
     if run.autocast then S:autocast_enter(run.autocast) end
     local l = family.forward_loss(S, P, part)
     if critic then
@@ -105,11 +112,13 @@ function M.simulate(family, run)
     tape:phase("optimizer")
     optim.step(S, trainable, run.optimizer)
     tape:zero_grad()
+    xla.end_outputs(S, outs)
   end)
   S:drop(old, ref_lp, old_v)
   for _, x in ipairs(inputs) do S:drop(x) end
   local st = step.finish_trace(S, step.counts(tape:stats(), params))
   st.minibatch, st.minibatch_steps = mb, steps
+  if S.jit then st.xla = step.xla_record(S, trainable, state_bytes, arguments) end
   return st
 end
 

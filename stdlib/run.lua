@@ -62,6 +62,8 @@ R.FIELDS = {
   -- where it runs
   framework = { "the stack's profile (stdlib/frameworks/): block rounding, context, "
     .. "kernels' buffers", frameworks.DEFAULT },
+  xla = { "a jitted framework's { donate, mem_fraction, preallocate } (stdlib/xla.lua), "
+    .. "else nil: the profile's" },
   gpu = { "GPU id (stdlib/gpus.lua) the verdict is for, else nil" },
   grad_sum = { "out_of_place: torch < 2.0 sums a second gradient out of place; nil: in place" },
   -- set by the tools for one simulation, never by a spec

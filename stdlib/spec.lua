@@ -89,7 +89,7 @@ end
 local RUN_KEYS = { mode = 1, batch = 1, seq = 1, grad_accum = 1, precision = 1, optimizer = 1,
   grad_checkpointing = 1, attention = 1, loss = 1, lora = 1, freeze = 1, framework = 1, gpu = 1,
   generate_tokens = 1, images = 1, checkpoint_segment = 1, rl = 1, moe = 1, fp8 = 1,
-  undisposed_steps = 1 }
+  undisposed_steps = 1, xla = 1 }
 
 -- A list of strings (module leaf names, tower names).
 function M.names(v, where, field)
@@ -347,6 +347,8 @@ local function read_framework_knobs(run, rd, f, where)
     end
     f.optimizer.undisposed_steps = rd:int("undisposed_steps", 1)
   end
+  -- a jitted framework's donation and pool (stdlib/xla.lua)
+  f.xla = require("stdlib.xla").read(run.xla, where, f.framework)
 end
 
 -- run.images (VLMs): { count, width, height, max_pixels }; the family's

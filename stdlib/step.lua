@@ -7,6 +7,7 @@ local optim = require("stdlib.optim")
 local loss = require("stdlib.loss")
 local errors = require("stdlib.errors")
 local frameworks = require("stdlib.frameworks")
+local xla = require("stdlib.xla")
 
 local M = {}
 
@@ -104,6 +105,7 @@ function M.new_sim(run)
   if alloc then S.tape:rounding(alloc.round, alloc.small_max, alloc.large_round) end
   if run.trace then S.tape:trace(run.batch, run.seq) end -- a compiled-estimate probe
   if run.timeline then S.tape:timeline(true) end -- a report draws the step
+  S.jit = xla.rules(run) -- a jitted framework's rules (stdlib/frameworks/jax.lua), or nil
   return S
 end
 
@@ -113,6 +115,14 @@ function M.finish_trace(S, st)
   if st.trace then st.names = S.tape:names() end
   st.timeline = require("stdlib.timeline").collect(S.tape) -- nil unless recorded
   return st
+end
+
+-- What stdlib/xla.lua's terms need of a jitted training step: the
+-- arguments live when it is called and the state it returns.
+function M.xla_record(S, trainable, state_bytes, arguments)
+  local pb = 0
+  for _, p in ipairs(trainable) do pb = pb + p.b end
+  return { arguments = arguments, state = pb + state_bytes, donate = S.jit.donate }
 end
 
 -- Parameter and trainable counts of every parameter created.
@@ -152,14 +162,19 @@ function M.simulate(family, run)
   check()
   local train = run.mode == "train"
   local trainable = trainable_params(S, all)
+  local before_state = S.tape:live()
   if train then optim.init_state(S, trainable, run.optimizer) end
+  local state_bytes = S.tape:live() - before_state
   local inputs = family.inputs(S, run, model)
   local tape = S.tape
   local ends, base = {}, tape:live()
+  local outs
   if train then
     ends.baseline = base
     M.repeat_steps(S, run, run.grad_accum or 1, function() -- gradients accumulate
       tape:phase("forward")
+      -- a jitted step's own output buffers, unless donated (stdlib/xla.lua)
+      outs = outs or xla.begin_outputs(S, trainable, state_bytes) or {}
       if run.autocast then S:autocast_enter(run.autocast) end
       local l = family.forward_loss(S, model, run)
       S:autocast_exit()
@@ -174,6 +189,7 @@ function M.simulate(family, run)
     ends.optimizer_end = tape:live()
     tape:phase("zero_grad")
     tape:zero_grad()
+    xla.end_outputs(S, outs)
   elseif run.mode == "generate" then
     S.grad = false
     if run.autocast then S:autocast_enter(run.autocast) end
@@ -190,6 +206,9 @@ function M.simulate(family, run)
   for _, x in ipairs(inputs) do S:drop(x) end
   local st = tape:stats()
   st.baseline, st.phase_end = base, ends
+  if S.jit and train then
+    st.xla = M.xla_record(S, trainable, state_bytes, base)
+  end
   return M.finish_trace(S, M.counts(st, all))
 end
 

@@ -76,7 +76,7 @@ end
 local est = compiled.compile(run, path)
 local frameworks = require("stdlib.frameworks")
 local fw = frameworks.of(run)
-local usable = gpu and frameworks.usable(fw, gpu)
+local usable = gpu and frameworks.usable(fw, gpu, run)
 print("batch,seq,peak_bytes,peak_gib" .. (gpu and ",fits" or ""))
 local bars = {}
 for _, b in ipairs(batches) do

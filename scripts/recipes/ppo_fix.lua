@@ -68,10 +68,10 @@ print(("image tokens at the baseline pixel cap %d: %d (pixels / 1024)"):format(a
   base_tokens))
 print(("device: %s, %.2f GiB; XLA preallocates 75%% = %.2f GiB, the pool the step must fit in")
   :format(gpu.name, gpu.bytes / GiB, pool / GiB))
-print("(the step is simulated with PyTorch-eager lifetimes; XLA's buffer assignment can fuse")
-print(" some temporaries away, so treat the numbers as what the program asks for. 'einsum' =")
-print(" attention materialized as B x heads x T^2 scores, in the vision tower too; 'flash' = a")
-print(" fused attention kernel without them)")
+print("(the step follows the JAX profile, stdlib/frameworks/jax.lua: the loss's one_hot chain")
+print(" fused, the optimizer update fused, no donation; other lifetimes as the simulator's ops.")
+print(" 'einsum' = attention materialized as B x heads x T^2 scores, in the vision tower too;")
+print(" 'flash' = a fused attention kernel without them)")
 print()
 local rows = {}
 for _, k in ipairs(KNOBS) do

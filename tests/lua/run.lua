@@ -61,6 +61,7 @@ local MODULES = {
   "test_frameworks",
   "test_answer",
   "test_fastpath",
+  "test_xla",
 }
 
 local T = { passed = 0, failed = 0, tmpfile = nil }
