@@ -435,8 +435,10 @@ function D.build(S, m, opts)
   local stage = opts.stage or { embed = true, head = true }
   local P = { m = m, layers = {} }
   if stage.embed or (stage.head and m.tie) then
-    P.embed = S:param(m.vocab * (m.factor or H), dt, tr("embed_tokens"), "embed_tokens")
-    P.embed.rows = m.vocab -- a matrix, for factored optimizer states
+    -- embed_rows: an embedding larger than the head (mllama: vocab + 8)
+    local erows = m.embed_rows or m.vocab
+    P.embed = S:param(erows * (m.factor or H), dt, tr("embed_tokens"), "embed_tokens")
+    P.embed.rows = erows -- a matrix, for factored optimizer states
     local elo = stage.embed and not m.factor and lo("embed_tokens")
     if elo then P.embed_lora = layers.new_embedding_lora(S, m.vocab, H, elo.r, "embed_tokens") end
   end
@@ -453,7 +455,17 @@ function D.build(S, m, opts)
   local moe_opts = { dt = dt, trainable = tr, lora = lo, quant = quant, quant_for = D.quant_for }
   for i = 1, m.layers do
     local l = {}
-    if m.mla then
+    if m.cross_layers and m.cross_layers[i] then
+      -- mllama's cross-attention layer: q from the text, k/v from the
+      -- vision states, per-head q/k norms, tanh gates on both branches
+      l.cross = true
+      l.q = lin("q_proj", H, qdim, false)
+      l.k = lin("k_proj", H, kvdim, false)
+      l.v = lin("v_proj", H, kvdim, false)
+      l.o = lin("o_proj", qdim, H, false)
+      l.q_norm, l.k_norm = norm("q_norm", hd), norm("k_norm", hd)
+      l.attn_gate, l.mlp_gate = norm("cross_attn_attn_gate", 1), norm("cross_attn_mlp_gate", 1)
+    elseif m.mla then
       local a = m.mla
       if a.q_lora then
         l.q_a = lin("q_a_proj", H, a.q_lora, m.qkv_bias)
@@ -475,7 +487,8 @@ function D.build(S, m, opts)
       l.v = lin("v_proj", H, kvdim, m.qkv_bias)
       l.o = lin("o_proj", qdim, H, m.o_bias)
     end
-    if m.qk_norm == "head" then
+    if l.cross then -- its norms are built above
+    elseif m.qk_norm == "head" then
       l.q_norm, l.k_norm = norm("q_norm", hd), norm("k_norm", hd)
     elseif m.qk_norm == "full" then
       l.q_norm, l.k_norm = norm("q_norm", qdim), norm("k_norm", kvdim)
@@ -599,7 +612,62 @@ function D.advance_cache(S, P, cache, prompt, done, steps)
   end
 end
 
+-- MllamaCrossAttentionDecoderLayer: the text attends to the vision states
+-- (ctx.cross = {states (rows x H), rows, tokens (per sample), mask, cache});
+-- no rope; q/k norms per head; tanh gates on the attention and MLP
+-- branches, the MLP output masked by full_text_row_masked_out_mask. The
+-- vision K/V are computed at prefill and cached for the decode steps.
+local function cross_forward(S, P, l, x, ctx, idx)
+  local m, rows, cr = P.m, ctx.rows, ctx.cross
+  -- without vision states (text alone) transformers skips the layer
+  if not cr then return S:view(x) end
+  local n1 = rms(S, m, x, l.ln1, rows, "input_layernorm")
+  local q = layers.linear(S, n1, l.q, rows)
+  local qn = rms(S, m, q, l.q_norm, rows * m.heads, "q_norm")
+  S:drop(q)
+  local k, v
+  local cached = cr.cache and cr.cache[idx]
+  if cached then
+    k, v = S:view(cached.k), S:view(cached.v)
+  else
+    local k0 = layers.linear(S, cr.states, l.k, cr.rows)
+    k = rms(S, m, k0, l.k_norm, cr.rows * m.kv_heads, "k_norm")
+    S:drop(k0)
+    v = layers.linear(S, cr.states, l.v, cr.rows)
+    if cr.cache then cr.cache[idx] = { k = S:view(k), v = S:view(v) } end
+  end
+  local mask = ctx.past == 0 and cr.mask or nil
+  if cr.cache and idx == cr.last then
+    -- generation: the states and their mask are the prefill's only
+    S:drop(cr.states)
+    cr.states, cr.mask = nil, nil
+  end
+  local attn, weights = layers.eager_attention(S, qn, k, v, mask, {
+    batch = ctx.batch, heads = m.heads, kv_heads = m.kv_heads, tq = ctx.seq, tk = cr.tokens,
+    head_dim = m.head_dim, impl = ctx.attention }, "cross_attn")
+  local o = layers.linear(S, attn, l.o, rows)
+  S:drop(attn, qn, k, v, n1)
+  -- tanh(gate) * o: the gate's gradient needs o
+  local g = S:op("cross_attn_attn_gate", o.n, o.dt, { o }, { o }, { { o } })
+  S:drop(o)
+  local h1 = layers.add(S, x, g, "residual")
+  S:drop(g)
+  local n2 = rms(S, m, h1, l.ln2, rows, "post_attention_layernorm")
+  local d = layers.swiglu(S, n2, l.mlp, rows, "mlp")
+  S:drop(n2)
+  local masked = S:op("full_text_row_masked_out_mask", d.n, d.dt, { d }, {}, { { d } })
+  S:drop(d)
+  local g2 = S:op("cross_attn_mlp_gate", masked.n, masked.dt, { masked }, { masked },
+    { { masked } })
+  S:drop(masked)
+  local out = layers.add(S, h1, g2, "residual")
+  S:drop(g2, h1, weights)
+  if mask and not cr.mask then S:drop(mask) end
+  return out
+end
+
 local function layer_forward(S, P, l, x, ctx, idx)
+  if l.cross then return cross_forward(S, P, l, x, ctx, idx) end
   local m, rows = P.m, ctx.rows
   local hd = m.head_dim
   local n1 = l.ln1 and rms(S, m, x, l.ln1, rows, "input_layernorm") or S:view(x)
@@ -752,7 +820,7 @@ function D.forward(S, P, emb, run)
   S:drop(pos_f, inv or nil, freqs, emb2)
   local ctx = { rows = rows, batch = B, seq = T, past = past, mask = mask, cos = cos, sin = sin,
     cache = run.cache, attention = run.attention, moe_impl = run.moe_impl,
-    router_logits = run.router_logits }
+    router_logits = run.router_logits, cross = P.cross }
   local h = S:view(emb)
   -- checkpointing: every layer (ckpt), every n-th layer (ckpt_every), or
   -- segments of k consecutive layers recomputed together (ckpt_segment)

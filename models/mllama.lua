@@ -20,10 +20,12 @@
 --                  lm_head (vocab rows)
 --
 -- Llama-3.2-11B-Vision-Instruct: 863,567,379 vision + 31,461,376 projector
--- + 9,775,192,080 text = 10,670,220,835, the Hub count.
+-- + 9,775,192,080 text = 10,670,220,835, the Hub count. Simulated by
+-- models/mllama_vlm.lua.
 local vram = require("vram")
 local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
+local decoder = require("models.decoder")
 
 local F = { name = "mllama",
   about = "Llama 3.2 Vision: tiled ViT with global layers + projector + Llama with "
@@ -102,7 +104,19 @@ function F.read(cfg, where)
   if type(vc) ~= "table" then errors.input(where, "vision_config", "must be a mapping") end
   if type(tc) ~= "table" then errors.input(where, "text_config", "must be a mapping") end
   local top = cfgutil.reader(cfg, where):bool("tie_word_embeddings", false)
-  return { where = where, vision = read_vision(vc, where), lm = read_text(tc, where, top) }
+  local m = { where = where, vision = read_vision(vc, where), lm = read_text(tc, where, top) }
+  -- the decoder the simulator runs: Llama layers, the cross-attention ones
+  -- at their indices, an embedding of vocab + 8 rows
+  local t = m.lm
+  m.text = decoder.read({ model_type = "llama", hidden_size = t.hidden,
+    intermediate_size = t.intermediate, num_hidden_layers = t.layers,
+    num_attention_heads = t.heads, num_key_value_heads = t.kv_heads, vocab_size = t.vocab,
+    tie_word_embeddings = t.tie }, where, "text_config.")
+  m.text.cross_layers, m.text.embed_rows, m.text.uniform = t.cross, t.vocab + 8, false
+  for i = t.layers, 1, -1 do
+    if t.cross[i] then m.text.last_cross = i break end
+  end
+  return m
 end
 
 function F.params(m)
@@ -135,6 +149,35 @@ function F.params(m)
     { name = "language_model.norm", tower = "llm", params = np(H, "rms") },
     { name = "lm_head", tower = "llm", params = t.tie and 0 or lp(H, t.vocab, false) },
   }, tied_duplicate = t.tie and vram.embedding_params(t.vocab + 8, H) or 0 }
+end
+
+-- MllamaImageProcessor (image_processing_mllama.py) resizes an image onto
+-- a canvas of up to max_image_tiles tiles of image_size and pads
+-- pixel_values to max_image_tiles tiles; the model runs every tile. The
+-- prompt holds one <|image|> token per image; the text reaches the image
+-- through the cross-attention layers, over tiles x (patches + 1) states.
+-- (The canvas the aspect ratio picks changes only which embeddings are
+-- added, not a size.)
+function F.image_tokens(m)
+  local v = m.vision
+  return { tokens = 1, tiles = v.tiles, vision_tokens = v.tiles * v.positions,
+    grid = { v.grid, v.grid } }
+end
+
+function F.simulator(m, images)
+  local v = m.vision
+  local padded = (v.positions + 7) // 8 * 8 -- the encoder pads each tile to a multiple of 8
+  return { sim = require("models.mllama_vlm"), text = m.text,
+    vision = { hidden_size = v.hidden, num_hidden_layers = v.layers + v.global_layers,
+      num_attention_heads = v.heads, intermediate_size = v.intermediate, patch_size = v.patch,
+      image_size = v.patch, grid_h = v.tiles, grid_w = padded, num_channels = v.channels,
+      vision_use_head = false },
+    vlm = { images = images.count, tiles = v.tiles, positions = v.positions, image = v.image,
+      channels = v.channels, out_dim = v.out_dim, intermediate_layers = v.intermediate_layers,
+      local_layers = v.layers, last_cross = m.text.last_cross },
+    assumptions = { "mllama: the vision encoder (local + global layers over all max_num_tiles "
+      .. "tiles, padded to a multiple of 8 per tile) is simulated as a SigLIP ViT of its sizes; "
+      .. "every image is padded to max_num_tiles tiles, as the processor does" } }
 end
 
 return F

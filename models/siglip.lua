@@ -133,8 +133,11 @@ local function layer_forward(S, l, x, m, batch, attention)
 end
 
 -- SiglipVisionTransformer.forward: pixel_values (fp32 input) to the
--- post-LayerNorm hidden states (batch*patches, D).
-function V.forward(S, P, pixels, batch, ckpt, attention, compose_ok)
+-- post-LayerNorm hidden states (batch*patches, D). keep (optional): without
+-- autograd, the inputs of the first keep + 1 layers stay live and are
+-- returned (a tower called with output_hidden_states=True holds its hidden
+-- states until it returns; mllama's).
+function V.forward(S, P, pixels, batch, ckpt, attention, compose_ok, keep)
   local m = P.m
   local D = m.hidden
   local px = S:to(pixels, P.patch_w.dt, "vision.pixel_cast")
@@ -160,6 +163,8 @@ function V.forward(S, P, pixels, batch, ckpt, attention, compose_ok)
   local x = S:op("vision.embeddings_add", conv.n, S.promote(conv.dt, pos.dt), { conv, pos }, {},
     { { conv, alias = 1 }, { pos } }, layers.mixed_dtype_temp(S, conv.dt, pos.dt, conv.n))
   S:drop(conv, pos)
+  local kept = keep and not S.grad and {} or nil
+  if kept then compose_ok = false end
   local function one(i, h)
     local out
     if ckpt and S.grad then
@@ -169,7 +174,7 @@ function V.forward(S, P, pixels, batch, ckpt, attention, compose_ok)
     else
       out = layer_forward(S, P.layers[i], h, m, batch, attention)
     end
-    S:drop(h)
+    if kept and i <= keep + 1 then kept[#kept + 1] = h else S:drop(h) end
     return out
   end
   -- under autocast the composed tower differs from the full simulation (its
@@ -181,7 +186,7 @@ function V.forward(S, P, pixels, batch, ckpt, attention, compose_ok)
   end
   local post = layers.layernorm(S, x, P.post_w, P.post_b, batch * m.patches, "post_layernorm")
   S:drop(x)
-  return post
+  return post, kept
 end
 
 return V

@@ -470,10 +470,12 @@ T.test("VLMs match their published counts", function()
   T.eq(part(r, "model.language_model.layers.experts"), 48 * 128 * 3 * 2048 * 768)
 end)
 
-T.test("Llama 3.2 Vision: tiles, global layers and cross-attention layers", function()
+-- meta-llama/Llama-3.2-11B-Vision-Instruct's shapes (its 8 aspect ratios
+-- written as [1, 1]: only their number counts)
+local function mllama_11b()
   local ratios = {}
   for i = 1, 8 do ratios[i] = { 1, 1 } end
-  local c = { model_type = "mllama",
+  return { model_type = "mllama",
     vision_config = { hidden_size = 1280, intermediate_size = 5120, num_hidden_layers = 32,
       num_global_layers = 8, attention_heads = 16, image_size = 560, patch_size = 14,
       max_num_tiles = 4, supported_aspect_ratios = ratios, vision_output_dim = 7680,
@@ -481,12 +483,56 @@ T.test("Llama 3.2 Vision: tiles, global layers and cross-attention layers", func
     text_config = { model_type = "mllama_text_model", vocab_size = 128256, hidden_size = 4096,
       intermediate_size = 14336, num_hidden_layers = 40, num_attention_heads = 32,
       num_key_value_heads = 8, cross_attention_layers = { 3, 8, 13, 18, 23, 28, 33, 38 } } }
+end
+
+-- The same, shortened for simulations: 4 text layers (cross-attention at
+-- 1 and 3), 2 local + 1 global vision layers.
+local function mllama_short()
+  local c = mllama_11b()
+  c.text_config.num_hidden_layers, c.text_config.cross_attention_layers = 4, { 1, 3 }
+  c.vision_config.num_hidden_layers, c.vision_config.num_global_layers = 2, 1
+  c.vision_config.intermediate_layers_indices = { 0 }
+  c.vision_config.vision_output_dim = 2 * 1280
+  return c
+end
+
+T.test("Llama 3.2 Vision: tiles, global layers and cross-attention layers", function()
+  local c = mllama_11b()
   -- meta-llama/Llama-3.2-11B-Vision-Instruct: Hub safetensors metadata, as
   -- listed in index file 12439498600
   T.eq(count_cfg(c, "m").total, 10670220835)
-  local path = T.tmpfile(vram.json.encode(c))
-  T.raises(function() spec.normalize({ model = { config = path }, run = { batch = 1, seq = 8 } },
-    "spec.yaml", registry) end, "family 'mllama' has no simulator yet")
+  -- one <|image|> token per image; the text attends to 4 tiles x (40^2 + 1)
+  -- vision states through the cross-attention layers
+  local fam, typed = registry.find(c, "m")
+  local t = fam.image_tokens(fam.read(typed, "m"))
+  T.eq({ t.tokens, t.vision_tokens }, { 1, 4 * 1601 })
+  -- the simulator, on the shortened model
+  local path = T.tmpfile(vram.json.encode(mllama_short()))
+  local function run(r)
+    return spec.normalize({ model = { config = path }, run = r }, "spec.yaml", registry)
+  end
+  local peaks = {}
+  for _, r in ipairs({ { mode = "train", batch = 1, seq = 32 },
+    { mode = "train", batch = 1, seq = 32, lora = { rank = 4 } },
+    { mode = "inference", batch = 1, seq = 32 },
+    { mode = "generate", batch = 1, seq = 16, generate_tokens = 4 } }) do
+    local ok, st = pcall(function() return step.run(run(r)) end)
+    T.ok(ok and st.peak > 0, r.mode .. (r.lora and " lora" or "") .. ": "
+      .. tostring(not ok and (type(st) == "table" and st.msg or st) or ""))
+    peaks[#peaks + 1] = ok and st or nil
+  end
+  -- the run sees tiles x (patches + 1) states per image and its sequence
+  -- holds the <|image|> tokens
+  local r1 = run({ mode = "inference", batch = 1, seq = 32, images = { count = 2 } })
+  T.eq({ r1.vlm.images, r1.vlm.tiles, r1.vlm.positions }, { 2, 4, 1601 })
+  T.ok(step.run(r1).peak > peaks[3].peak, "a second image's tiles cost memory")
+  -- generation caches each cross-attention layer's vision K and V: at
+  -- decode they hold 2 layers x (k, v) x 6404 states x 8 heads x 128 x 2 B
+  T.ok(peaks[4].phase_peaks.decode >= 2 * 2 * 6404 * 8 * 128 * 2, "cached vision K/V")
+  -- the language model alone skips its cross-attention layers
+  local text = spec.normalize({ model = { config = path, text_only = true },
+    run = { mode = "inference", batch = 1, seq = 32 } }, "spec.yaml", registry)
+  T.ok(step.run(text).peak < peaks[3].peak)
 end)
 
 T.test("Idefics3 splits an image into tiles plus a global image", function()
@@ -676,3 +722,52 @@ T.test("a quantized VLM checkpoint prices its language model packed", function()
   c.quantization_config = { quant_method = "bitsandbytes", load_in_4bit = true }
   T.raises(function() run_of(c, 2, r, true) end, "bitsandbytes quantizes the vision tower too")
 end)
+
+T.test("every registered model_type runs estimate in train, LoRA and inference", function()
+  local function with_type(c, mt)
+    local n = {}
+    for k, v in pairs(c) do n[k] = v end
+    n.model_type = mt
+    return n
+  end
+  local configs = {}
+  for _, p in ipairs(registry.PRESETS) do
+    local c = preset(p.name)
+    configs[c.model_type] = configs[c.model_type] or c
+  end
+  for _, c in pairs(CONFIGS) do configs[c.model_type] = configs[c.model_type] or c end
+  for _, c in pairs(VLMS) do configs[c.model_type] = configs[c.model_type] or c end
+  configs.llava_onevision, configs.mllama = ONEVISION, mllama_short()
+  -- model_types read as a sibling's: the sibling's config relabelled, or
+  -- the language model inside a VLM preset
+  configs.olmo3 = with_type(CONFIGS.olmo_2_7b, "olmo3")
+  configs.glm4 = with_type(CONFIGS.glm_4_9b, "glm4")
+  configs.llava_next = with_type(VLMS.llava_1_5_7b, "llava_next")
+  configs.smolvlm = with_type(VLMS.smolvlm_256m, "smolvlm")
+  configs.internlm2 = preset("internvl2_2b").llm_config
+  configs.gemma = preset("paligemma_3b_mix_224").text_config
+  configs.siglip_vision_model = preset("siglip2_so400m_patch16_512").vision_config
+  -- the one family counted only: SigLIP's contrastive text + vision model
+  local counted_only = { siglip = true, siglip_vision_model = true }
+  for _, f in ipairs(registry.FAMILIES) do
+    for _, mt in ipairs(f.model_types) do
+      local c = configs[mt]
+      T.ok(c ~= nil, mt .. ": no config to run")
+      if counted_only[mt] then
+        T.raises(function() run_of(c, 2, { mode = "inference", batch = 1, seq = 16 }) end,
+          "has no simulator yet")
+        c = nil
+      end
+      for _, r in ipairs(c and { { mode = "train", batch = 1, seq = 16 },
+        { mode = "train", batch = 1, seq = 16, lora = { rank = 4 } },
+        { mode = "inference", batch = 1, seq = 16 } } or {}) do
+        local ok, st = pcall(function()
+          return step.run(run_of(c, mt == "mllama" and 4 or 2, r))
+        end)
+        T.ok(ok and st.peak > 0, ("%s %s%s: %s"):format(mt, r.mode, r.lora and " lora" or "",
+          tostring(not ok and (type(st) == "table" and st.msg or st) or "")))
+      end
+    end
+  end
+end)
+
