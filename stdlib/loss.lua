@@ -269,7 +269,9 @@ end
 -- A model's own loss that shifts before it upcasts (Yxanul's FP8 model file,
 -- src/model_fp8_optimized.py): shift_logits = logits[..., :-1, :]
 -- .contiguous() in the model dtype (its backward a zero-filled full-size
--- gradient), then .float() and CrossEntropyLoss. The caller keeps `logits`.
+-- gradient), then .float() and CrossEntropyLoss. The caller lets go of
+-- `logits` after the loss (tests/truth l14, l15); a trainer that keeps them
+-- through backward adds B x T x V in the model dtype.
 function L.causal_lm_shift_float(S, logits, batch, seq, vocab)
   local n = batch * (seq - 1)
   local shift = S:new_tensor(n * vocab, logits.dt, "loss.shift_logits", S:rg(logits))

@@ -48,7 +48,8 @@ function M.normalize(case, where, families)
     generate_tokens = gen,
     ckpt = run.grad_ckpt and true or false,
     loss = ({ one_hot = "one_hot", legacy_shift = "hf_legacy", litgpt_chunked = "litgpt_chunked",
-      liger_fused = "liger_fused" })[run.loss_variant] or "cross_entropy",
+      liger_fused = "liger_fused", shift_float = "shift_float" })[run.loss_variant]
+      or "cross_entropy",
     loss_upcast = run.loss_variant ~= "ce_noupcast",
     loss_num_items = run.num_items_in_batch and true or false,
     loss_chunk_tokens = run.loss_chunk,

@@ -6,6 +6,7 @@ the other cases:
 
 legacy_shift: transformers 4.36-4.44's LlamaForCausalLM.forward (logits.float() in the
 model, shift_logits = logits[..., :-1, :].contiguous(), CrossEntropyLoss).
+shift_float: the shift in bf16, then .float() and CrossEntropyLoss (Yxanul's FP8 model).
 ce_noupcast: ForCausalLMLoss without logits.float(); num_items_in_batch: the Trainer's
 count and fixed_cross_entropy's sum / count; litgpt_chunked: ref.litgpt_loss;
 liger_fused: ref.LigerFLCE (Liger's algorithm; the Triton kernel's in-place row softmax
@@ -49,6 +50,11 @@ CASES = [
      run(2, 192, "float32", variant="liger_fused")),
     ("l13_llama_liger_bf16_lora_ckpt", llama(384, 3, 6, 2, 1024, 32000),
      run(4, 128, "bfloat16", LORA, ckpt=True, variant="liger_fused")),
+    # a model's own loss that shifts in bf16 before .float() (Yxanul's FP8 model file)
+    ("l14_llama_shift_float_bf16_full", llama(256, 2, 4, 2, 688, 16000),
+     run(2, 128, "bfloat16", variant="shift_float")),
+    ("l15_llama_shift_float_bf16_lora", llama(256, 2, 4, 2, 688, 16000),
+     run(2, 96, "bfloat16", LORA, variant="shift_float")),
 ]
 
 

@@ -419,12 +419,19 @@ def lm_loss(logits, labels, V, variant="ce", num_items=None):
     """ForCausalLMLoss (mean); 'one_hot' is the naive -(logp * one_hot).sum(-1) form;
     'legacy_shift' transformers 4.36-4.44's shift in forward (the caller cast the logits);
     'ce_noupcast' the same loss without logits.float() (log_softmax in the logits dtype);
+    'shift_float' the shift in the logits' dtype, then .float() and CrossEntropyLoss;
     num_items: the Trainer's num_items_in_batch (fixed_cross_entropy: reduction "sum",
     then divided by the count)."""
     if variant == "legacy_shift":
         shift_logits = logits[..., :-1, :].contiguous().view(-1, V)
         shift_labels = labels[..., 1:].contiguous().view(-1)
         return F.cross_entropy(shift_logits, shift_labels)
+    if variant == "shift_float":  # Yxanul's src/model_fp8_optimized.py: shift, then .float()
+        shift_logits = logits[..., :-1, :].contiguous()
+        shift_labels = labels[..., 1:].contiguous()
+        shift_logits = shift_logits.float()
+        return nn.CrossEntropyLoss()(shift_logits.view(-1, shift_logits.size(-1)),
+                                     shift_labels.view(-1))
     if variant != "ce_noupcast":
         logits = logits.float()
     labels = F.pad(labels, (0, 1), value=IGNORE)  # the padded labels stay bound, as in HF
