@@ -143,8 +143,21 @@ t "--observed sizes each cause with the simulator (seed 002)" 0 "observed json o
    "$V" params qwen3_4b_instruct_2507 --json > p.json &&
    "$V" estimate theory_fp32.yaml --json > f.json && "$V" estimate "$TH" --json > t.json &&
    "$V" run check_observed.lua o.json p.json f.json t.json'
-t "--observed answers seed 002 in the terminal" 0 "combinations closest to the observed figure" \
-  '"$V" estimate "$TH" --observed 80GB --observed-kind nvidia-smi'
+# the terminal's answer, read back: the closest combination names fp32
+# masters and the optimizer's default state dtype (the seed's two flags)
+# and leaves a remainder that is not negative
+t "--observed answers seed 002 in the terminal" 0 "seed answer ok" \
+  '"$V" estimate "$TH" --observed 80GB --observed-kind nvidia-smi > ob.txt || exit 1
+   grep -qE "^observed: [0-9.]+ GiB = 80.00 GB \(nvidia-smi\)" ob.txt || exit 2
+   line=$(grep -A1 "^combinations closest to the observed figure" ob.txt | tail -n 1)
+   members=$(printf %s "$line" | sed -n "s/^  causes \([0-9 +]*\) together: .*, leaving [0-9.]* GiB = [0-9.]* GB to .*/\1/p")
+   [ -n "$members" ] || exit 3
+   names=""
+   for m in $(printf %s "$members" | tr -d +); do
+     names="$names|$(grep -E "^ ?$m\. " ob.txt)"; done
+   printf %s "$names" | grep -q "fp32 master weights instead of bf16" || exit 4
+   printf %s "$names" | grep -q "optimizer state dtype left at its default" || exit 5
+   echo seed answer ok'
 # a layout: the observed figure is one GPU's, compared with the rank whose
 # figure of that kind is largest; the layout's own causes (sharding or
 # offload that did not take) are sized by estimating the spec without them
