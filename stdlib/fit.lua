@@ -100,7 +100,12 @@ M.MENU = {
   { name = "sdpa attention", cost = 0, note = "same math, no T^2 attention buffers",
     applies = function(r) return r.attention == "eager" end,
     edit = function(r) r.attention = "sdpa" end },
+  { name = "fused linear cross-entropy (Liger)", cost = 0,
+    note = "lm_head and the loss fused chunk by chunk (Liger-Kernel): the logits never exist whole",
+    applies = function(r) return trains(r) and r.loss ~= "liger_fused" end,
+    edit = function(r) r.loss = "liger_fused" end },
   { name = "chunked cross-entropy (1024 rows)", cost = 0,
+    refines = { "fused linear cross-entropy (Liger)" }, -- listed where it beats Liger's
     note = "logits and their fp32 log-softmax one chunk at a time (CCE, chunked-loss kernels)",
     applies = function(r) return trains(r) and r.loss ~= "chunked" end,
     edit = function(r) r.loss = "chunked"; r.loss_chunk = 1024 end },
@@ -279,8 +284,12 @@ function M.knobs(run, budget, depth)
       if r then
         local key = table.concat(canonical(r))
         if not by_run[key] then
-          local need, st = M.need(r)
-          by_run[key] = { need = need, st = st }
+          -- a lever the model refuses (a fused loss under autocast or on a
+          -- VLM's head) makes no run; the run as given is never refused here
+          local ok, need, st
+          if mask == 0 then ok, need, st = true, M.need(r) else ok, need, st = pcall(M.need, r) end
+          if not ok and type(need) ~= "table" then error(need, 0) end -- a bug, not a refusal
+          by_run[key] = ok and { need = need, st = st } or { invalid = true }
         end
         memo[mask] = by_run[key]
       else

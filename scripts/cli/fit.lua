@@ -13,8 +13,8 @@ usage: vramlua fit SPEC --gpu NAME --vary batch|seq|lora_rank [--margin 5%] [--m
 --vary: the largest value of the knob whose device total (allocator reserved
 plus framework overhead) fits the GPU less the margin, found by searching the
 simulator; prints the need at that value and at the next one.
---knobs: combinations of up to three levers (attention kernel, chunked
-cross-entropy, checkpointing policies, optimizer states, LoRA, QLoRA,
+--knobs: combinations of up to three levers (attention kernel, fused linear
+or chunked cross-entropy, checkpointing policies, optimizer states, LoRA, QLoRA,
 micro-batching; ZeRO stages, FSDP and CPU offload over the run's
 data-parallel ranks, or ZeRO-Offload on one GPU) that fit, cheapest first,
 each with its cost and the memory it saves; every saving is simulated, a

@@ -228,9 +228,9 @@ printf '%s\nparallel: { dp: 4 }\n' "$K" >"$D/k_ddp.yaml"
 printf '%s\nparallel: { dp: 4, zero: 1 }\n' "$K" >"$D/k_z1.yaml"
 printf '%s\nparallel: { dp: 4, fsdp: full_shard }\n' "$K" >"$D/k_fsdp.yaml"
 printf '%s\nparallel: { dp: 4, zero: 1, offload: { optimizer: cpu } }\n' "$K" >"$D/k_z1off.yaml"
-sed 's/attention: sdpa,/attention: sdpa, loss: chunked,/' "$D/knobs.yaml" >"$D/k_chunk1.yaml"
-{ cat "$D/k_chunk1.yaml"; echo 'parallel: { dp: 4 }'; } >"$D/k_chunk.yaml"
-{ cat "$D/k_chunk1.yaml"; echo 'parallel: { dp: 4, zero: 1 }'; } >"$D/k_chunk_z1.yaml"
+sed 's/attention: sdpa,/attention: sdpa, loss: liger_fused,/' "$D/knobs.yaml" >"$D/k_liger1.yaml"
+{ cat "$D/k_liger1.yaml"; echo 'parallel: { dp: 4 }'; } >"$D/k_liger.yaml"
+{ cat "$D/k_liger1.yaml"; echo 'parallel: { dp: 4, zero: 1 }'; } >"$D/k_liger_z1.yaml"
 cat >"$D/check_knobs.lua" <<'LUA'
 -- arg: knobs.json knobs.txt, then the estimates (--json) of the hand-written specs
 local k, txt = vram.json.load(arg[1]), vram.text.load(arg[2])
@@ -238,11 +238,11 @@ local est = {}
 for i = 3, #arg do est[arg[i]:match("([%w_]+)%.json$")] = vram.json.load(arg[i]) end
 local bad = 0
 local function check(ok, what) if not ok then bad = bad + 1; print("FAILED: " .. what) end end
-local want = { ["chunked cross-entropy (1024 rows)"] = "k_chunk",
+local want = { ["fused linear cross-entropy (Liger)"] = "k_liger",
   ["ZeRO-1 (optimizer states over 4 ranks)"] = "k_z1",
   ["FSDP full_shard over 4 ranks"] = "k_fsdp",
   ["ZeRO-1 (optimizer states over 4 ranks) + optimizer offload to CPU"] = "k_z1off",
-  ["chunked cross-entropy (1024 rows) + ZeRO-1 (optimizer states over 4 ranks)"] = "k_chunk_z1" }
+  ["fused linear cross-entropy (Liger) + ZeRO-1 (optimizer states over 4 ranks)"] = "k_liger_z1" }
 local base = est.k_ddp.device_total_bytes
 check(k.need_bytes == base, "as given = estimate of the spec with parallel: { dp: 4 }")
 check(k.layout == "dp4 ddp", "layout " .. tostring(k.layout))
@@ -273,10 +273,10 @@ LUA
 t "fit --knobs: each saving is an estimate of the spec written with that lever" 0 "knobs ok" \
   '"$V" fit knobs.yaml --gpu h100 --knobs --gpus 4 --json > k.json &&
    "$V" fit knobs.yaml --gpu h100 --knobs --gpus 4 > k.txt || exit 1
-   for s in k_ddp k_z1 k_fsdp k_z1off k_chunk k_chunk_z1; do
+   for s in k_ddp k_z1 k_fsdp k_z1off k_liger k_liger_z1; do
      "$V" estimate $s.yaml --json > $s.json || exit 2; done
    "$V" run check_knobs.lua k.json k.txt k_ddp.json k_z1.json k_fsdp.json k_z1off.json \
-     k_chunk.json k_chunk_z1.json'
+     k_liger.json k_liger_z1.json'
 t "fit --knobs --gpus must match the spec's layout" 2 "differs from the spec's parallel: layout (world 4)" \
   '"$V" fit k_ddp.yaml --gpu h100 --knobs --gpus 8'
 t "fit --json needs --knobs" 2 "fit --json goes with --knobs" \

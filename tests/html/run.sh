@@ -118,7 +118,7 @@ listed=$(grep -cE '^ *[0-9]+\. ' "$D/knobs.txt")
 cfgs=$(grep -o 'class="cfg"' "$D/knobs_dom.html" | wc -l)
 [ "$listed" -ge 2 ] && [ "$cfgs" -eq "$listed" ]
 check "one bar per listed combination" $? "listed $listed, bars $cfgs"
-for label in "as given" "chunked cross-entropy" 'id="budget"' "optimizer_state"; do
+for label in "as given" "fused linear cross-entropy (Liger)" 'id="budget"' "optimizer_state"; do
   has "$D/knobs_dom.html" "$label"; check "the knobs page has $label" $?
 done
 render "$D/knobs.html" png "$D/knobs.png"

@@ -33,6 +33,10 @@ function tests.a_lever_the_run_already_uses_is_never_offered()
   T.ok(not all:find("checkpointing", 1, true), "checkpointing is already on")
   T.ok(not all:find("chunked cross-entropy", 1, true), "the loss is already chunked")
   T.ok(#list > 1, "other levers remain")
+  local _, _, levers = fit.knobs(run_of({ loss = { impl = "liger_fused" } }), BIG, 1)
+  for _, m in ipairs(levers) do
+    T.ok(m.name ~= "fused linear cross-entropy (Liger)", "the loss is Liger's already")
+  end
 end
 
 function tests.inference_gets_no_training_levers()
@@ -44,20 +48,42 @@ function tests.inference_gets_no_training_levers()
 end
 
 -- The spec's own largest movable component: with eager attention off and
--- the logits' fp32 log-softmax whole, chunking the loss is offered alone,
--- and its saving is exactly what a run written with a chunked loss needs less.
-function tests.chunked_cross_entropy_is_offered_with_the_saving_of_a_chunked_run()
+-- the logits' fp32 log-softmax whole, fusing the head with the loss
+-- (Liger) is offered alone, and its saving is exactly what a run written
+-- with that loss needs less. The generic chunked loss is listed only where
+-- it beats Liger's in its place: under autocast, where the fused loss is
+-- refused (not modelled), it is the lever.
+function tests.fused_linear_cross_entropy_is_offered_with_the_saving_of_a_fused_run()
   local base = run_of({ attention = "sdpa" })
   local list, base_need = fit.knobs(base, BIG)
-  local entry
-  for _, e in ipairs(list) do
-    if e.knobs == "chunked cross-entropy (1024 rows)" then entry = e end
-  end
-  T.ok(entry, "chunked cross-entropy is offered on its own")
-  local chunked = run_of({ attention = "sdpa", loss = { impl = "chunked", chunk_rows = 1024 } })
-  T.eq(entry and entry.need, fit.need(chunked))
-  T.eq(entry and entry.saving, base_need - fit.need(chunked))
+  local got = {}
+  for _, e in ipairs(list) do got[e.knobs] = e end
+  local entry = got["fused linear cross-entropy (Liger)"]
+  T.ok(entry, "Liger's fused linear cross-entropy is offered on its own")
+  local fused = run_of({ attention = "sdpa", loss = { impl = "liger_fused" } })
+  T.eq(entry and entry.need, fit.need(fused))
+  T.eq(entry and entry.saving, base_need - fit.need(fused))
+  T.ok(fit.need(fused) < base_need, "it saves memory")
   T.eq(base_need, fit.need(base))
+  local chunked = fit.need(run_of({ attention = "sdpa", loss = { impl = "chunked" } }))
+  if not got["chunked cross-entropy (1024 rows)"] then
+    T.ok(chunked - fit.need(fused) > -chunked * fit.MIN_SAVING,
+      "chunked left out only where Liger's needs no more")
+  end
+end
+
+function tests.chunked_cross_entropy_is_the_loss_lever_under_autocast()
+  local amp = { attention = "sdpa", precision = { master = "fp32", compute = "bf16" } }
+  local list, base_need = fit.knobs(run_of(amp), BIG, 1)
+  local got = {}
+  for _, e in ipairs(list) do got[e.knobs] = e end
+  T.ok(not got["fused linear cross-entropy (Liger)"], "the fused loss under autocast is refused")
+  local entry = got["chunked cross-entropy (1024 rows)"]
+  local c = {}
+  for k, v in pairs(amp) do c[k] = v end
+  c.loss = { impl = "chunked", chunk_rows = 1024 }
+  T.eq(entry and entry.need, fit.need(run_of(c)), "chunked is offered with a chunked run's need")
+  T.ok(entry and entry.need < base_need)
 end
 
 -- Every member of every listed combination saves at least MIN_SAVING of
