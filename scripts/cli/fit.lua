@@ -7,7 +7,7 @@ local fit = require("stdlib.fit")
 
 local HELP = [[
 usage: vramlua fit SPEC --gpu NAME --vary batch|seq|lora_rank [--margin 5%] [--max N]
-       vramlua fit SPEC --gpu NAME --knobs [--gpus N] [--json] [--html FILE]
+       vramlua fit SPEC --gpu NAME --knobs [--gpus N] [--depth N] [--json] [--html FILE]
        vramlua fit SPEC --gpu NAME --gpus N [--margin 5%]
 
 --vary: the largest value of the knob whose device total (allocator reserved
@@ -22,6 +22,8 @@ lever the run already uses is not offered, and a lever that saves nothing
 in a combination is never listed. With --gpus N a spec without a parallel:
 table is taken as DDP over N GPUs, so sharding is offered. --json prints
 the same with exact bytes; --html FILE also writes one bar per combination.
+--depth N: at most N levers at once (1-3); without it, 3 or as many as about
+4 s of simulation allow.
 
 --gpus N (without --vary or --knobs): the layouts of N GPUs (dp x tp x pp x cp
 x ep, with DDP, ZeRO 1-3 or FSDP over the data-parallel ranks) whose every
@@ -30,7 +32,8 @@ table is replaced. With --vary or --knobs, a parallel: run is searched with
 its largest rank.]]
 
 local defaults, metavar = require("stdlib.formats").options({ help = false, gpu = "",
-  vary = "", knobs = false, max = "", margin = "", seq = 0, batch = 0, html = "", json = false },
+  vary = "", knobs = false, max = "", margin = "", seq = 0, batch = 0, html = "", json = false,
+  depth = 0 },
   { gpu = "a NAME", vary = "a KNOB", margin = "a percentage", html = "a FILE" })
 local a = require("stdlib.args").parse({ ... }, defaults,
   { positional = 1, noun = "SPEC", metavar = metavar })
@@ -107,7 +110,9 @@ elseif knob then
       vram.fmt(need_next, "GiB"), need_next))
   end
 else
-  local list, base, levers, depth, base_at_peak = fit.knobs(run, budget)
+  local want = (a.depth or 0) > 0 and a.depth or nil
+  if want and want > 3 then errors.usage("--depth must be 1, 2 or 3") end
+  local list, base, levers, depth, base_at_peak = fit.knobs(run, budget, want)
   local names = {}
   for _, m in ipairs(levers) do names[#names + 1] = m.name end
   local L = run.parallel
@@ -129,7 +134,7 @@ else
       layout and (" (" .. layout .. ", largest rank)") or "", vram.fmt(base, "GiB"), base,
       #levers))
     print(("combinations of up to %d levers, each simulated%s"):format(depth,
-      depth < 3 and " (fewer than 3: one simulation of this run is slow)" or ""))
+      (depth < 3 and not want) and " (fewer than 3: one simulation of this run is slow)" or ""))
     if #list == 0 then print("no combination of these levers fits") end
     -- the knobs last (their names are long), what each costs once below
     print(("%3s %11s %11s %4s  %s"):format("", "needs", "saves", "cost", "knobs"))

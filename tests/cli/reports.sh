@@ -220,7 +220,8 @@ t "an observed figure below the estimate" 0 "nothing to explain" \
 # ---------------------------------------------------------------- knobs
 # fit --knobs --gpus 4 (the spec as DDP over 4 GPUs): every figure it prints
 # is checked against `estimate` of a spec written out by hand with that
-# lever, so the advice's savings are separate simulator runs
+# lever, so the advice's savings are separate simulator runs (--depth 2: the
+# default depth follows the CPU time one simulation takes, slower under ASan)
 K='model: { preset: qwen2_5_1_5b_instruct, overrides: { num_hidden_layers: 4 } }
 run: { batch: 4, seq: 512, attention: sdpa, optimizer: { name: adamw, state_dtype: fp32 } }'
 printf '%s\n' "$K" >"$D/knobs.yaml"
@@ -271,14 +272,16 @@ check(rows == math.min(12, #k.combinations), "terminal rows: " .. rows)
 print(bad == 0 and "knobs ok" or "knobs BAD")
 LUA
 t "fit --knobs: each saving is an estimate of the spec written with that lever" 0 "knobs ok" \
-  '"$V" fit knobs.yaml --gpu h100 --knobs --gpus 4 --json > k.json &&
-   "$V" fit knobs.yaml --gpu h100 --knobs --gpus 4 > k.txt || exit 1
+  '"$V" fit knobs.yaml --gpu h100 --knobs --gpus 4 --depth 2 --json > k.json &&
+   "$V" fit knobs.yaml --gpu h100 --knobs --gpus 4 --depth 2 > k.txt || exit 1
    for s in k_ddp k_z1 k_fsdp k_z1off k_liger k_liger_z1; do
      "$V" estimate $s.yaml --json > $s.json || exit 2; done
    "$V" run check_knobs.lua k.json k.txt k_ddp.json k_z1.json k_fsdp.json k_z1off.json \
      k_liger.json k_liger_z1.json'
 t "fit --knobs --gpus must match the spec's layout" 2 "differs from the spec's parallel: layout (world 4)" \
   '"$V" fit k_ddp.yaml --gpu h100 --knobs --gpus 8'
+t "fit --depth is 1 to 3" 2 "--depth must be 1, 2 or 3" \
+  '"$V" fit knobs.yaml --gpu h100 --knobs --depth 4'
 t "fit --json needs --knobs" 2 "fit --json goes with --knobs" \
   '"$V" fit knobs.yaml --gpu h100 --vary batch --json'
 
