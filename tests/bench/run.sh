@@ -62,7 +62,11 @@ echo "  the built-in Lua parsed as text (VRAMLUA_SOURCE_ONLY=1): estimate" \
 SPEC=examples/specs/qwen2_5_1_5b_full.yaml
 PEER=(/usr/bin/python3 "$HERE/peer/peer.py")
 PEER_ARGS=(qwen2.5-1.5b 28 12 2 1536 8960 151936 4 1024 4)
-if [ -x /usr/bin/python3 ]; then
+if [ ! -x /usr/bin/python3 ]; then
+  echo "llm-analysis: skipped (no /usr/bin/python3)"
+elif ! "${PEER[@]}" --once 0 "${PEER_ARGS[@]}" >/dev/null 2>"$D/peer.err"; then
+  echo "llm-analysis: skipped, it failed: $(tail -1 "$D/peer.err")"
+else
   ours=$("$V" run "$HERE/peer.lua" "$SPEC" "$SECS")
   line=$("${PEER[@]}" "$SECS" "${PEER_ARGS[@]}" 2>/dev/null | tail -1)
   theirs=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) us per estimate.*/\1/p')
@@ -76,8 +80,6 @@ if [ -x /usr/bin/python3 ]; then
   m2=$(echo "$theirs" | sed -n 's/median \([0-9.]*\) ms.*/\1/p')
   echo "  ratio of medians: llm-analysis takes $(awk -v a="$m2" -v b="$m1" \
     'BEGIN { printf "%.1f", a / b }')x vramlua's time"
-else
-  echo "llm-analysis: skipped (no /usr/bin/python3)"
 fi
 
 # 5. whole commands
