@@ -211,7 +211,7 @@ function F.generate(S, P, run, prefix_embeds)
     ids = nids
   end
   local steps = run.generate_tokens - 1
-  if steps >= 3 and run.compose ~= false and not run.timeline and not run.trace then
+  if steps >= 3 and S.composable and not S.timeline then
     -- Decode steps differ only in `past`, and every size in one is a
     -- nondecreasing function of it (caches, mask, scores), so each step's
     -- live bytes, event by event, are at least the step before's: the

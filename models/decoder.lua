@@ -767,6 +767,70 @@ local function layer_forward(S, P, l, x, ctx, idx)
   return out
 end
 
+-- Grad-free layers (inference, log-probs, prefill, decode), identical ones:
+-- each replays the events of the one before from where it left the tape,
+-- higher by what it kept -- its KV cache, nothing else (checked on layer 2,
+-- category by category). So the middle layers' peaks are all below the
+-- last layer's: layers 1, 2 and n run in full, and layers 3 .. n-1 only
+-- make their caches as layer 2 did, out of the timeline, which gets layer
+-- 2's events once for each of them instead (tests/lua/test_fastpath.lua
+-- compares). Returns the last layer's output; runs every layer when layer
+-- 2 kept anything else.
+function D.grad_free_layers(S, P, h, ctx)
+  local n, tape, cache = P.m.layers, S.tape, ctx.cache
+  local function run_layer(i)
+    local out = layer_forward(S, P, P.layers[i], h, ctx, i)
+    S:drop(h)
+    h = out
+  end
+  run_layer(1)
+  local old = cache and cache[2] and { k = cache[2].k, v = cache[2].v } -- decode replaces it
+  local before = tape:stats().live_by_category
+  local first = S.timeline and tape:timeline_len() + 1
+  run_layer(2)
+  local after = tape:stats().live_by_category
+  local last = S.timeline and tape:timeline_len()
+  local new = cache and cache[2]
+  -- what layer 2 kept, by category, and what its cache accounts for
+  local kept, want = {}, {}
+  for cat, b in pairs(after) do kept[cat] = b - before[cat]; want[cat] = 0 end
+  local made_in = old and "kv_cache" or S.cat -- a prefill cache views the layer's own k, v
+  if new then want[made_in] = new.k.b + new.v.b end
+  if old then
+    local from = "kv_cache" -- the category old caches were made in: where layer 2 freed
+    for cat, b in pairs(kept) do if b < 0 and cat ~= "kv_cache" then from = cat end end
+    want[from] = want[from] - old.k.b - old.v.b
+  end
+  local total = 0
+  for cat, b in pairs(kept) do
+    if b ~= want[cat] then -- something else outlives a layer: simulate them all
+      for i = 3, n do run_layer(i) end
+      return h
+    end
+    total = total + b
+  end
+  if total < 0 then
+    for i = 3, n do run_layer(i) end
+    return h
+  end
+  if first then tape:timeline(false) end
+  for i = 3, n - 1 do
+    local c = cache and cache[i]
+    if c then S:drop(c.k, c.v) end
+    if new then
+      local k = S:new_tensor(new.k.n, new.k.dt, "kv_cache.composed", false, made_in)
+      local v = S:new_tensor(new.v.n, new.v.dt, "kv_cache.composed", false, made_in)
+      if c then c.k, c.v = k, v else cache[i] = { k = k, v = v } end
+    end
+  end
+  if first then
+    tape:timeline(true)
+    tape:timeline_repeat(first, last, n - 3)
+  end
+  run_layer(n)
+  return h
+end
+
 function D.composed_layers(S, P, h, ctx, run)
   local function one(i, x)
     local out
@@ -827,6 +891,13 @@ function D.forward(S, P, emb, run)
   local seg = run.ckpt_segment or 1
   if m.uniform and not ctx.router_logits and compose.enabled(S, m.layers, run) then
     h = D.composed_layers(S, P, h, ctx, run)
+    local normed = P.norm and layers.rmsnorm(S, h, P.norm, rows, "norm") or S:view(h)
+    S:drop(h, cache_pos, mask, cos, sin)
+    return normed
+  end
+  if not S.grad and S.composable and m.uniform and not m.sliding_layers
+    and not ctx.router_logits and m.layers >= 4 then
+    h = D.grad_free_layers(S, P, h, ctx)
     local normed = P.norm and layers.rmsnorm(S, h, P.norm, rows, "norm") or S:view(h)
     S:drop(h, cache_pos, mask, cos, sin)
     return normed

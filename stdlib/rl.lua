@@ -91,7 +91,7 @@ function M.simulate(family, run)
   local arguments = tape:live()
   -- each minibatch step is one jitted call on a jitted framework: its
   -- outputs are buffers of their own unless donated (stdlib/xla.lua)
-  step.repeat_steps(S, run, steps, function()
+  step.repeat_steps(S, steps, function()
     tape:phase("update_forward")
     local outs = xla.begin_outputs(S, trainable, state_bytes)
     if run.autocast then S:autocast_enter(run.autocast) end

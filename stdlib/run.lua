@@ -73,7 +73,8 @@ R.FIELDS = {
     .. "general one (a batch-1 or seq-1 line, stdlib/compiled.lua)" },
   kernels_of = { "framework whose CPU kernels' buffers a probe counts (compiled.lua)" },
   compose = { "false: simulate every layer, decode step and repeated micro-batch instead "
-    .. "of composing identical ones (stdlib/step.lua repeat_steps)" },
+    .. "of composing identical ones; \"layers\": compose only trained layers "
+    .. "(stdlib/compose.lua), not grad-free layers, decode steps or repeated steps" },
   -- set by simulator modules on the run they hand the decoder
   past = { "tokens already in the KV cache (tokens)" },
   cache = { "the KV cache being filled, nil without one" },

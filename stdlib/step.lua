@@ -101,6 +101,11 @@ function M.new_sim(run)
   -- compiled-estimate probe (which counts exact bytes as pytorch-cpu)
   S.cpu = frameworks.get(run.kernels_of or run.framework).cpu_kernels or false
   S.general_sizes = (run.trace and not run.trace_exact) and true or nil
+  -- identical layers and steps may be composed (models/decoder.lua's
+  -- grad-free layers, repeat_steps below), not in a compiled-estimate
+  -- probe; a timeline then gets the composed events copied (timeline_repeat)
+  S.composable = (run.compose == nil or run.compose == true) and not run.trace
+  S.timeline = run.timeline and true or nil
   S.sum_out_of_place = run.grad_sum == "out_of_place" -- torch < 2.0 (stdlib/truth.lua)
   if alloc then S.tape:rounding(alloc.round, alloc.small_max, alloc.large_round) end
   if run.trace then S.tape:trace(run.batch, run.seq) end -- a compiled-estimate probe
@@ -138,17 +143,23 @@ end
 -- Runs step() n times (micro-batches, RL minibatches). Once a step leaves
 -- every category's live bytes as it found them, the next would replay the
 -- same events from the same state and reach no higher peak (the tape keeps
--- the first), so the rest are skipped -- unless the run records a timeline
--- or a trace, or compose is off (tests/lua/test_simulator.lua compares).
-function M.repeat_steps(S, run, n, step)
-  local fast = n > 1 and run.compose ~= false and not run.timeline and not run.trace
-  local before = fast and S.tape:stats().live_by_category
+-- the first), so the rest are skipped, a timeline getting that step's
+-- events again -- unless compose is off or the tape is traced
+-- (tests/lua/test_fastpath.lua compares).
+function M.repeat_steps(S, n, step)
+  local tape = S.tape
+  local fast = n > 1 and S.composable
+  local before = fast and tape:stats().live_by_category
   for i = 1, n do
+    local first = S.timeline and tape:timeline_len() + 1
     step()
     if fast and i < n then
-      local now, same = S.tape:stats().live_by_category, true
+      local now, same = tape:stats().live_by_category, true
       for cat, b in pairs(now) do same = same and before[cat] == b end
-      if same then return end
+      if same then
+        if first then tape:timeline_repeat(first, tape:timeline_len(), n - i) end
+        return
+      end
       before = now
     end
   end
@@ -171,7 +182,7 @@ function M.simulate(family, run)
   local outs
   if train then
     ends.baseline = base
-    M.repeat_steps(S, run, run.grad_accum or 1, function() -- gradients accumulate
+    M.repeat_steps(S, run.grad_accum or 1, function() -- gradients accumulate
       tape:phase("forward")
       -- a jitted step's own output buffers, unless donated (stdlib/xla.lua)
       outs = outs or xla.begin_outputs(S, trainable, state_bytes) or {}

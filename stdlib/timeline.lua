@@ -8,57 +8,13 @@ local M = {}
 
 M.SAMPLES = 480
 
-local function copy(t)
-  local c = {}
-  for k, v in pairs(t) do c[k] = v end
-  return c
-end
-
 -- The timeline the tape kept, as
 -- { events = n, samples = { {i, live, by = {cat = bytes}, phase, op, recompute} },
 --   spans = { {phase, first, last, recompute} },   (event indices)
 --   peak = { i, live, by, phase, op } }
--- or nil when the tape kept nothing.
+-- or nil when the tape kept nothing (the tape's timeline_collect walks the events in C).
 function M.collect(tape, samples)
-  local n = tape:timeline_len()
-  if n == 0 then return nil end
-  local k = math.min(samples or M.SAMPLES, n)
-  local ev = function(i) return tape:timeline_event(i) end
-  -- first pass: the highest event of each bucket, and the spans
-  local best, best_live = {}, {}
-  local spans = {}
-  local live = 0
-  for i = 1, n do
-    local delta, _, phase, rec = ev(i)
-    live = live + delta
-    local b = (i - 1) * k // n + 1
-    if best[b] == nil or live > best_live[b] then best[b], best_live[b] = i, live end
-    local s = spans[#spans]
-    if not s or s.phase ~= phase or s.recompute ~= rec then
-      spans[#spans + 1] = { phase = phase, first = i, last = i, recompute = rec }
-    else
-      s.last = i
-    end
-  end
-  -- second pass: the categories at each chosen event; the peak is the first
-  -- event that reaches the highest total, as the tape counts it
-  local by, out = {}, {}
-  local peak = { live = 0, i = 0 }
-  local want = 1
-  live = 0
-  for i = 1, n do
-    local delta, cat, phase, rec, op = ev(i)
-    live = live + delta
-    by[cat] = (by[cat] or 0) + delta
-    if live > peak.live then
-      peak = { i = i, live = live, by = copy(by), phase = phase, op = op }
-    end
-    if best[want] == i then
-      out[want] = { i = i, live = live, by = copy(by), phase = phase, op = op, recompute = rec }
-      want = want + 1
-    end
-  end
-  return { events = n, samples = out, spans = spans, peak = peak }
+  return tape:timeline_collect(samples or M.SAMPLES)
 end
 
 -- The spans merged into the step's parts as a reader names them: each

@@ -7,6 +7,8 @@
  * (check) and touches its memory; no tape pointer is held across a call
  * that can run Lua code. Every count from Lua is range-checked before it
  * becomes a C size. */
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "../core/tape.h"
@@ -417,6 +419,156 @@ static int l_timeline_len(lua_State *L) {
   return 1;
 }
 
+/* t:timeline_repeat(first, last, times): events first..last (1-based) kept
+ * again `times` times, for identical layers or steps composed (tape.h) */
+static int l_timeline_repeat(lua_State *L) {
+  int64_t first = vb_checkint(L, 2, 1, "first"), last = vb_checkint(L, 3, 0, "last");
+  int64_t times = vb_checkint(L, 4, 0, "times");
+  vr_tape *t = check(L);
+  vr_status st = vr_tape_timeline_repeat(t, (size_t)(first - 1), (size_t)last, times);
+  if (st == VR_EBADID)
+    return luaL_error(L, "tape:timeline_repeat: events %I..%I are not all kept (the tape "
+                         "kept %I)", (lua_Integer)first, (lua_Integer)last,
+                      (lua_Integer)vr_tape_timeline_len(t));
+  if (st != VR_OK) return fail(L, "timeline_repeat", st);
+  return 0;
+}
+
+/* One sample (or the peak) of a collected timeline, in C until the tables
+ * are made. */
+typedef struct {
+  size_t i; /* 1-based event index */
+  int64_t live, by[VR_NCAT];
+  unsigned seen; /* categories met so far: the keys of `by` */
+  int32_t phase, label;
+  bool recompute;
+} tl_point;
+
+typedef struct {
+  int32_t phase;
+  bool recompute;
+  size_t first, last;
+} tl_span;
+
+static void push_point(lua_State *L, const tl_point *p, bool with_recompute) {
+  lua_createtable(L, 0, 6);
+  lua_pushinteger(L, (lua_Integer)p->i);
+  lua_setfield(L, -2, "i");
+  lua_pushinteger(L, (lua_Integer)p->live);
+  lua_setfield(L, -2, "live");
+  lua_createtable(L, 0, VR_NCAT);
+  for (int c = 0; c < VR_NCAT; c++)
+    if (p->seen & (1u << c)) {
+      lua_pushinteger(L, (lua_Integer)p->by[c]);
+      lua_setfield(L, -2, vr_cat_name(c));
+    }
+  lua_setfield(L, -2, "by");
+  lua_pushstring(L, vr_tape_string(check(L), p->phase));
+  lua_setfield(L, -2, "phase");
+  if (p->label >= 0) {
+    lua_pushstring(L, vr_tape_string(check(L), p->label));
+    lua_setfield(L, -2, "op");
+  }
+  if (with_recompute) {
+    lua_pushboolean(L, p->recompute);
+    lua_setfield(L, -2, "recompute");
+  }
+}
+
+/* t:timeline_collect(k) -> {events, samples, spans, peak} | nil: the
+ * timeline reduced to k samples, each the first event that reaches the
+ * highest live bytes of its stretch (stdlib/timeline.lua documents the
+ * table). Every buffer is allocated first; the passes over the events then
+ * run in C without calling Lua, and the tables are made last. */
+static int l_timeline_collect(lua_State *L) {
+  int64_t want = vb_checkint(L, 2, 1, "samples");
+  size_t n = vr_tape_timeline_len(check(L));
+  if (n == 0) {
+    lua_pushnil(L);
+    return 1;
+  }
+  size_t k = (uint64_t)want < (uint64_t)n ? (size_t)want : n, nspans = 0;
+  if (n > UINT32_MAX) return luaL_error(L, "tape:timeline_collect: too many events");
+  size_t *best = (size_t *)lua_newuserdatauv(L, k * sizeof *best, 0);
+  tl_point *pts = (tl_point *)lua_newuserdatauv(L, (k + 1) * sizeof *pts, 0);
+  vr_tape *t = check(L);
+  /* pass 1: the first highest event of each stretch, and the span count */
+  int64_t live = 0, top = 0;
+  int32_t phase = -1;
+  bool rec = false;
+  for (size_t i = 0, b = SIZE_MAX; i < n; i++) {
+    const vr_tl_event *e = vr_tape_timeline_at(t, i);
+    size_t bi = (size_t)((uint64_t)i * k / n);
+    live += e->delta;
+    if (bi != b || live > top) {
+      b = bi;
+      best[bi] = i;
+      top = live;
+    }
+    if (i == 0 || e->phase != phase || (bool)e->recompute != rec) nspans++;
+    phase = e->phase;
+    rec = e->recompute;
+  }
+  tl_span *spans = (tl_span *)lua_newuserdatauv(L, nspans * sizeof *spans, 0);
+  t = check(L);
+  /* pass 2: the spans, the categories at each sample, the peak */
+  tl_point cur = {0, 0, {0}, 0, -1, -1, false}, *peak = &pts[k];
+  *peak = cur;
+  live = 0;
+  size_t s = 0, next = 0;
+  for (size_t i = 0; i < n; i++) {
+    const vr_tl_event *e = vr_tape_timeline_at(t, i);
+    live += e->delta;
+    cur.by[e->cat] += e->delta;
+    cur.seen |= 1u << e->cat;
+    cur.i = i + 1;
+    cur.live = live;
+    cur.phase = e->phase;
+    cur.label = e->label;
+    cur.recompute = e->recompute;
+    if (i == 0 || e->phase != spans[s - 1].phase || (bool)e->recompute != spans[s - 1].recompute)
+      spans[s++] = (tl_span){e->phase, e->recompute, i + 1, i + 1};
+    else
+      spans[s - 1].last = i + 1;
+    if (live > peak->live) *peak = cur;
+    if (next < k && best[next] == i) pts[next++] = cur;
+  }
+  lua_createtable(L, 0, 4);
+  lua_pushinteger(L, (lua_Integer)n);
+  lua_setfield(L, -2, "events");
+  lua_createtable(L, (int)k, 0);
+  for (size_t j = 0; j < k; j++) {
+    push_point(L, &pts[j], true);
+    lua_rawseti(L, -2, (lua_Integer)j + 1);
+  }
+  lua_setfield(L, -2, "samples");
+  lua_createtable(L, (int)nspans, 0);
+  for (size_t j = 0; j < nspans; j++) {
+    lua_createtable(L, 0, 4);
+    lua_pushstring(L, vr_tape_string(check(L), spans[j].phase));
+    lua_setfield(L, -2, "phase");
+    lua_pushinteger(L, (lua_Integer)spans[j].first);
+    lua_setfield(L, -2, "first");
+    lua_pushinteger(L, (lua_Integer)spans[j].last);
+    lua_setfield(L, -2, "last");
+    lua_pushboolean(L, spans[j].recompute);
+    lua_setfield(L, -2, "recompute");
+    lua_rawseti(L, -2, (lua_Integer)j + 1);
+  }
+  lua_setfield(L, -2, "spans");
+  if (peak->i > 0) {
+    push_point(L, peak, false);
+  } else { /* no event rose above zero */
+    lua_createtable(L, 0, 2);
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "live");
+    lua_pushinteger(L, 0);
+    lua_setfield(L, -2, "i");
+  }
+  lua_setfield(L, -2, "peak");
+  return 1;
+}
+
 /* t:timeline_event(i) -> delta, category, phase, recompute, label|nil
  * (i from 1 to timeline_len) */
 static int l_timeline_event(lua_State *L) {
@@ -474,7 +626,8 @@ static const luaL_Reg methods[] = {
     {"rounding", l_rounding}, {"bulk", l_bulk},           {"bulk_end", l_bulk_end},
     {"trace", l_trace},       {"take_trace", l_take_trace}, {"mark", l_mark},
     {"names", l_names},       {"timeline", l_timeline},   {"timeline_len", l_timeline_len},
-    {"timeline_event", l_timeline_event},
+    {"timeline_event", l_timeline_event}, {"timeline_repeat", l_timeline_repeat},
+    {"timeline_collect", l_timeline_collect},
     {NULL, NULL}};
 
 static const luaL_Reg meta[] = {{"__gc", l_gc},

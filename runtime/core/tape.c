@@ -839,6 +839,20 @@ void vr_tape_timeline(vr_tape *t, bool on) { t->timeline = on; }
 
 size_t vr_tape_timeline_len(const vr_tape *t) { return t->tl.n; }
 
+vr_status vr_tape_timeline_repeat(vr_tape *t, size_t from, size_t to, int64_t times) {
+  if (from > to || to > t->tl.n || times < 0) return VR_EBADID;
+  size_t span = to - from, need = 0;
+  if (span == 0 || times == 0) return VR_OK;
+  if ((uint64_t)times > (SIZE_MAX - t->tl.n) / span) return VR_ENOMEM;
+  need = t->tl.n + span * (size_t)times;
+  if (!GROW(t, t->tl, need)) return VR_ENOMEM; /* the events may move: copy after */
+  for (int64_t k = 0; k < times; k++) {
+    memcpy(t->tl.v + t->tl.n, t->tl.v + from, span * sizeof *t->tl.v);
+    t->tl.n += span;
+  }
+  return VR_OK;
+}
+
 const vr_tl_event *vr_tape_timeline_at(const vr_tape *t, size_t i) {
   return i < t->tl.n ? &t->tl.v[i] : NULL;
 }

@@ -134,6 +134,11 @@ typedef struct {
 
 void vr_tape_timeline(vr_tape *t, bool on);
 size_t vr_tape_timeline_len(const vr_tape *t);
+/* Appends events [from, to) again `times` times: what a span of identical
+ * layers or steps would have kept, when the front end composes them
+ * (models/decoder.lua grad_free_layers, stdlib/step.lua repeat_steps).
+ * VR_EBADID for a range outside the timeline. */
+vr_status vr_tape_timeline_repeat(vr_tape *t, size_t from, size_t to, int64_t times);
 /* Event i (0-based), NULL when out of range. */
 const vr_tl_event *vr_tape_timeline_at(const vr_tape *t, size_t i);
 

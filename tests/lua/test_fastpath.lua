@@ -2,8 +2,10 @@
 -- byte, whatever the knobs: decode steps fast-forwarded between the first
 -- and the last (models/causal_lm.lua), repeated micro-batches and RL
 -- minibatches skipped once a step leaves the tape as it found it
--- (stdlib/step.lua repeat_steps), identical layers composed. `compose =
--- false` turns all of them off: every step and layer simulated.
+-- (stdlib/step.lua repeat_steps), identical grad-free layers composed
+-- (models/decoder.lua grad_free_layers), identical trained layers
+-- composed. `compose = false` turns all of them off: every step and layer
+-- simulated.
 local vram = require("vram")
 local spec = require("stdlib.spec")
 local step = require("stdlib.step")
@@ -25,6 +27,8 @@ local function answer(st)
     trainable = st.trainable_count, minibatch_steps = st.minibatch_steps }
 end
 
+-- The fast answer equals the full one; and with a timeline recorded (what
+-- `estimate` draws), the timelines are equal too, event for event.
 local function same(preset, over, fields, what)
   local run = run_of(preset, over, fields)
   run.compose = false
@@ -32,13 +36,22 @@ local function same(preset, over, fields, what)
   run.compose = nil
   local fast = answer(step.run(run))
   T.eq(fast, full, what)
+  -- trained layers composed keep fewer events than every layer simulated,
+  -- so the timeline is compared with only those composed ("layers")
+  run.timeline = true
+  local tl_fast = step.run(run)
+  run.compose = "layers"
+  local tl_full = step.run(run)
+  T.eq(answer(tl_fast), full, what .. " (timeline on)")
+  T.eq(tl_fast.timeline, tl_full.timeline, what .. " timeline")
+  T.ok(tl_full.timeline.events > 0, what .. " timeline kept")
   return full
 end
 
 local tests = {}
 
 function tests.fast_forwarded_decode_steps_equal_every_step()
-  local qwen = { num_hidden_layers = 3 }
+  local qwen = { num_hidden_layers = 5 }
   for _, n in ipairs({ 1, 2, 3, 4, 9 }) do
     for _, f in ipairs({ { attention = "eager", batch = 1 }, { attention = "sdpa", batch = 3 },
       { attention = "eager", framework = "pytorch-cpu", precision = { params = "fp32" } } }) do
@@ -51,8 +64,19 @@ function tests.fast_forwarded_decode_steps_equal_every_step()
   local st = same("gpt_oss_20b", { num_hidden_layers = 4, sliding_window = 6 },
     { mode = "generate", seq = 4, generate_tokens = 12, attention = "eager" }, "gpt-oss window 6")
   T.ok(st.phase_peaks.decode > 0, "decode simulated")
-  same("qwen3_30b_a3b", { num_hidden_layers = 2 }, { mode = "generate", seq = 8,
+  same("qwen3_30b_a3b", { num_hidden_layers = 4 }, { mode = "generate", seq = 8,
     generate_tokens = 6 }, "qwen3 moe")
+end
+
+function tests.grad_free_layers_equal_every_layer()
+  for _, f in ipairs({ { attention = "eager" }, { attention = "sdpa", batch = 3 },
+    { framework = "pytorch-cpu", precision = { params = "fp32" } },
+    { lora = { rank = 4 } }, { precision = { params = "bf16", weights = "nf4" } } }) do
+    f.mode = "inference"
+    same("qwen2_5_1_5b_instruct", { num_hidden_layers = 6 }, f, "inference " .. (f.attention
+      or f.framework or "variant"))
+  end
+  same("qwen3_30b_a3b", { num_hidden_layers = 5 }, { mode = "inference", seq = 8 }, "moe")
 end
 
 function tests.skipped_micro_batches_equal_every_micro_batch()
@@ -83,6 +107,67 @@ function tests.skipped_rl_minibatches_equal_every_minibatch()
     images = { count = 1, width = 256, height = 192 }, framework = "jax", attention = "eager",
     rl = { new_tokens = 5, minibatch = 2, reference = false, value = false }, optimizer = { name = "adafactor",
     state_dtype = "fp32", momentum_dtype = "bf16" } }, "qwen3-vl ppo")
+end
+
+-- tape:timeline_collect (C) against the reduction written out here over
+-- the raw events: each of k stretches' first highest event with the
+-- categories met so far, the spans of phase and recomputation, the peak.
+local function reduce(tape, k)
+  local n = tape:timeline_len()
+  k = math.min(k, n)
+  local function copy(t) local c = {} for a, b in pairs(t) do c[a] = b end return c end
+  local best, best_live, spans, live = {}, {}, {}, 0
+  for i = 1, n do
+    local delta, _, phase, rec = tape:timeline_event(i)
+    live = live + delta
+    local b = (i - 1) * k // n + 1
+    if best[b] == nil or live > best_live[b] then best[b], best_live[b] = i, live end
+    local sp = spans[#spans]
+    if not sp or sp.phase ~= phase or sp.recompute ~= rec then
+      spans[#spans + 1] = { phase = phase, first = i, last = i, recompute = rec }
+    else
+      sp.last = i
+    end
+  end
+  local by, out, peak, want = {}, {}, { live = 0, i = 0 }, 1
+  live = 0
+  for i = 1, n do
+    local delta, cat, phase, rec, op = tape:timeline_event(i)
+    live = live + delta
+    by[cat] = (by[cat] or 0) + delta
+    if live > peak.live then peak = { i = i, live = live, by = copy(by), phase = phase, op = op } end
+    if best[want] == i then
+      out[want] = { i = i, live = live, by = copy(by), phase = phase, op = op, recompute = rec }
+      want = want + 1
+    end
+  end
+  return { events = n, samples = out, spans = spans, peak = peak }
+end
+
+function tests.timeline_collect_equals_the_reduction_of_every_event()
+  local run = run_of("qwen2_5_1_5b_instruct", { num_hidden_layers = 5 },
+    { mode = "train", grad_checkpointing = "full", grad_accum = 2 })
+  run.timeline = true
+  local S = step.new_sim(run)
+  local P = run.sim.build(S, run, step.policies(run))
+  local inputs = run.sim.inputs(S, run, P)
+  local l = run.sim.forward_loss(S, P, run)
+  S.tape:phase("backward")
+  S.tape:backward(l.id)
+  S:drop(l)
+  S:drop(table.unpack(inputs))
+  for _, k in ipairs({ 1, 7, 480, 100000 }) do
+    T.eq(S.tape:timeline_collect(k), reduce(S.tape, k), "k = " .. k)
+  end
+  T.eq(vram.tape():timeline_collect(10), nil, "nothing kept")
+  local t = vram.tape()
+  t:timeline(true)
+  local a = t:alloc(0, "activations") -- no event: a zero change
+  t:drop(a)
+  T.eq(t:timeline_collect(5), nil, "zero-byte changes are no events")
+  t:alloc(100, "activations", "x")
+  t:drop(t:alloc(50, "temporaries"))
+  T.eq(t:timeline_collect(2), reduce(t, 2), "small tape")
 end
 
 return tests
