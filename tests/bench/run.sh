@@ -30,20 +30,23 @@ cd "$ROOT"
 
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg) ($(nproc) cores)"
 
-# Median and minimum wall time of RUNS runs of a command, in ms.
+# Median and minimum wall time of RUNS runs of a command, and its mean CPU
+# time (user + system, which a loaded machine inflates less), in ms.
 wall() {
-  local f="$D/wall" t0 t1
+  local f="$D/wall" c="$D/cpu" t0 t1 TIMEFORMAT='%3U %3S'
   : >"$f"
+  : >"$c"
   "$@" >/dev/null 2>&1 || { echo "failed: $*"; return 0; }
   for _ in $(seq "$RUNS"); do
     t0=$(date +%s%N)
-    "$@" >/dev/null 2>&1
+    { time "$@" >/dev/null 2>&1; } 2>>"$c"
     t1=$(date +%s%N)
     echo $((t1 - t0)) >>"$f"
   done
   sort -n "$f" | awk '{ v[NR] = $1 } END {
     m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-    printf "median %.2f ms, min %.2f ms", m / 1e6, v[1] / 1e6 }'
+    printf "median %.2f ms, min %.2f ms wall", m / 1e6, v[1] / 1e6 }'
+  awk '{ s += $1 + $2 } END { printf "; %.2f ms CPU", s / NR * 1000 }' "$c"
 }
 
 echo "startup (vramlua run empty.lua): $(wall "$V" run "$D/empty.lua")"
@@ -76,9 +79,9 @@ else
   ours=$(wall "$V" estimate "$SPEC" --json)
   theirs=$(wall "${PEER[@]}" --once 0 "${PEER_ARGS[@]}")
   echo "one whole process: vramlua estimate $ours; llm-analysis (python3) $theirs"
-  m1=$(echo "$ours" | sed -n 's/median \([0-9.]*\) ms.*/\1/p')
-  m2=$(echo "$theirs" | sed -n 's/median \([0-9.]*\) ms.*/\1/p')
-  echo "  ratio of medians: llm-analysis takes $(awk -v a="$m2" -v b="$m1" \
+  c1=$(echo "$ours" | sed -n 's/.*; \([0-9.]*\) ms CPU.*/\1/p')
+  c2=$(echo "$theirs" | sed -n 's/.*; \([0-9.]*\) ms CPU.*/\1/p')
+  echo "  ratio of CPU times: llm-analysis takes $(awk -v a="$c2" -v b="$c1" \
     'BEGIN { printf "%.1f", a / b }')x vramlua's time"
 fi
 
