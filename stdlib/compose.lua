@@ -10,6 +10,33 @@ function M.enabled(S, n, run)
     and (run.ckpt_every or 1) == 1 and (run.ckpt_segment or 1) == 1
 end
 
+-- Identical grad-free layers that keep nothing (a vision tower under
+-- no_grad): one(i, x) runs layer i on x (dropping x) and returns its
+-- output. When layer 2 leaves every category's live bytes as it found
+-- them, layers 3 .. n-1 would replay its events from the same state and
+-- reach no higher peak (the tape keeps the first): they are skipped, a
+-- timeline getting layer 2's events once for each, and layer n runs on
+-- layer 2's output. Otherwise every layer runs.
+function M.grad_free(S, n, one, x)
+  local tape = S.tape
+  if S.grad or not S.composable or n < 4 then
+    for i = 1, n do x = one(i, x) end
+    return x
+  end
+  x = one(1, x)
+  local before = tape:stats().live_by_category
+  local first = S.timeline and tape:timeline_len() + 1
+  x = one(2, x)
+  local same = true
+  for cat, b in pairs(tape:stats().live_by_category) do same = same and before[cat] == b end
+  if not same then
+    for i = 3, n do x = one(i, x) end
+    return x
+  end
+  if first then tape:timeline_repeat(first, tape:timeline_len(), n - 3) end
+  return one(n, x)
+end
+
 -- Trainable parameters reachable from a layer's table.
 local function params(l, out)
   for _, v in pairs(l) do

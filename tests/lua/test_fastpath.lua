@@ -77,6 +77,16 @@ function tests.grad_free_layers_equal_every_layer()
       or f.framework or "variant"))
   end
   same("qwen3_30b_a3b", { num_hidden_layers = 5 }, { mode = "inference", seq = 8 }, "moe")
+  -- a vision tower under no_grad (compose.grad_free) before the decoder
+  for _, f in ipairs({ { attention = "eager" }, { attention = "sdpa", batch = 3 },
+    { precision = { params = "fp32" }, framework = "pytorch-cpu" } }) do
+    f.mode, f.seq, f.images = "inference", 12, { count = 1, width = 256, height = 192 }
+    same("qwen3_vl_4b_instruct", { num_hidden_layers = 5 }, f, "qwen3-vl inference "
+      .. (f.attention or f.framework))
+    f.mode, f.generate_tokens = "generate", 4
+    same("qwen3_vl_4b_instruct", { num_hidden_layers = 5 }, f, "qwen3-vl generate "
+      .. (f.attention or f.framework))
+  end
 end
 
 function tests.skipped_micro_batches_equal_every_micro_batch()
