@@ -464,7 +464,11 @@ function D.build(S, m, opts)
       l.v = lin("v_proj", H, kvdim, false)
       l.o = lin("o_proj", qdim, H, false)
       l.q_norm, l.k_norm = norm("q_norm", hd), norm("k_norm", hd)
-      l.attn_gate, l.mlp_gate = norm("cross_attn_attn_gate", 1), norm("cross_attn_mlp_gate", 1)
+      -- registered as MllamaCrossAttentionDecoderLayer does: cross_attn,
+      -- input_layernorm, the attention gate, mlp, post_attention_layernorm,
+      -- the MLP gate
+      l.ln1 = norm("input_layernorm", H)
+      l.attn_gate = norm("cross_attn_attn_gate", 1)
     elseif m.mla then
       local a = m.mla
       if a.q_lora then
@@ -504,8 +508,9 @@ function D.build(S, m, opts)
                 up = lin("up_proj", H, m.intermediate, m.mlp_bias),
                 down = lin("down_proj", m.intermediate, H, m.mlp_bias) }
     end
-    if m.norms ~= "post" then l.ln1 = norm("input_layernorm", H) end
+    if m.norms ~= "post" and not l.cross then l.ln1 = norm("input_layernorm", H) end
     l.ln2 = norm("post_attention_layernorm", H)
+    if l.cross then l.mlp_gate = norm("cross_attn_mlp_gate", 1) end
     if m.norms == "sandwich" then
       l.ln3 = norm("pre_feedforward_layernorm", H)
       l.ln4 = norm("post_feedforward_layernorm", H)
@@ -613,7 +618,9 @@ function D.advance_cache(S, P, cache, prompt, done, steps)
 end
 
 -- MllamaCrossAttentionDecoderLayer: the text attends to the vision states
--- (ctx.cross = {states (rows x H), rows, tokens (per sample), mask, cache});
+-- (ctx.cross = {states (rows x H), rows, tokens (per sample), mask, cache,
+-- last (the last cross layer: generation drops the states after it),
+-- row_mask (false: no full_text_row_masked_out_mask)});
 -- no rope; q/k norms per head; tanh gates on the attention and MLP
 -- branches, the MLP output masked by full_text_row_masked_out_mask. The
 -- vision K/V are computed at prefill and cached for the decode steps.
@@ -655,11 +662,13 @@ local function cross_forward(S, P, l, x, ctx, idx)
   local n2 = rms(S, m, h1, l.ln2, rows, "post_attention_layernorm")
   local d = layers.swiglu(S, n2, l.mlp, rows, "mlp")
   S:drop(n2)
-  local masked = S:op("full_text_row_masked_out_mask", d.n, d.dt, { d }, {}, { { d } })
+  if cr.row_mask ~= false then -- full_text_row_masked_out_mask * the MLP output
+    local masked = S:op("full_text_row_masked_out_mask", d.n, d.dt, { d }, {}, { { d } })
+    S:drop(d)
+    d = masked
+  end
+  local g2 = S:op("cross_attn_mlp_gate", d.n, d.dt, { d }, { d }, { { d } })
   S:drop(d)
-  local g2 = S:op("cross_attn_mlp_gate", masked.n, masked.dt, { masked }, { masked },
-    { { masked } })
-  S:drop(masked)
   local out = layers.add(S, h1, g2, "residual")
   S:drop(g2, h1, weights)
   if mask and not cr.mask then S:drop(mask) end

@@ -115,13 +115,14 @@ function F.image_tokens(m, image)
 end
 
 -- The patch grid is the merged grid times the merge each way; the gated
--- MLP and RMSNorms are simulated as SigLIP's (models/siq_vlm.lua).
+-- MLP and RMSNorms are simulated as SigLIP's (models/siq_vlm.lua). The
+-- sequence holds the [IMG_BREAK] / [IMG_END] tokens too (embedded as text).
 function F.simulator(m, images)
   local v, t = m.vision, F.image_tokens(m, images)
   return siq.describe({ where = m.where, text = m.text, hidden = v.hidden, layers = v.layers,
     heads = v.heads, intermediate = v.intermediate, patch = v.patch, side = v.patch,
     grid_h = m.merge * t.rows, grid_w = m.merge * t.cols, merge = m.merge,
-    images = images.count })
+    images = images.count, tokens = t.tokens * images.count })
 end
 
 return F

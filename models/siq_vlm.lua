@@ -19,13 +19,31 @@ function F.case(cfg, where)
   local tc = cfg.text_config or errors.input(where, "config.text_config", "is required but missing")
   local vc = cfg.vision_config or
     errors.input(where, "config.vision_config", "is required but missing")
-  return { text = decoder.read(tc, where, "config.text_config."), vision = vc, vlm = cfg }
+  local text = decoder.read(tc, where, "config.text_config.")
+  -- mllama-style: the image states are read by the text's cross-attention
+  -- layers (0-based indices) through a one-layer projector, no image tokens
+  local xl = tc.cross_attention_layers
+  if type(xl) == "table" and #xl > 0 then
+    text.cross_layers, text.uniform = {}, false
+    for i, x in ipairs(xl) do
+      if math.type(x) ~= "integer" or x < 0 or x >= text.layers then
+        errors.input(where, "config.text_config.cross_attention_layers[" .. i .. "]",
+          ("must be a layer index 0..%d"):format(text.layers - 1))
+      end
+      text.cross_layers[x + 1] = true
+      text.last_cross = math.max(text.last_cross or 0, x + 1)
+    end
+  end
+  return { text = text, vision = vc, vlm = cfg }
 end
 
--- Whether a measured case's towers are ones the simulator models.
+-- Whether a measured case's towers are ones the simulator models (a text
+-- config with cross-attention layers included).
 function F.supports(cfg)
-  return causal.supports(cfg.text_config or {})
-    and classifier.supports(cfg.vision_config or {})
+  local tc = {}
+  for k, v in pairs(cfg.text_config or {}) do tc[k] = v end
+  tc.cross_attention_layers = nil
+  return causal.supports(tc) and classifier.supports(cfg.vision_config or {})
 end
 
 -- How a registered VLM family describes itself to this simulator (its
@@ -85,11 +103,17 @@ function F.build(S, run, pol)
   local ptr, plo = pol("projector")
   local bias = cfg.multimodal_projector_bias ~= false
   local H = run.text.hidden
-  P.proj = {
-    fc1 = layers.new_linear(S, vm.hidden * f * f, H, bias, dt, ptr("linear_1"), "linear_1",
-      plo("linear_1")),
-    fc2 = layers.new_linear(S, H, H, bias, dt, ptr("linear_2"), "linear_2", plo("linear_2")),
-  }
+  P.xattn = run.text.cross_layers ~= nil
+  if P.xattn then -- MllamaForConditionalGeneration's multi_modal_projector
+    P.proj = layers.new_linear(S, vm.hidden * f * f, H, true, dt, ptr("multi_modal_projector"),
+      "multi_modal_projector", plo("multi_modal_projector"))
+  else
+    P.proj = {
+      fc1 = layers.new_linear(S, vm.hidden * f * f, H, bias, dt, ptr("linear_1"), "linear_1",
+        plo("linear_1")),
+      fc2 = layers.new_linear(S, H, H, bias, dt, ptr("linear_2"), "linear_2", plo("linear_2")),
+    }
+  end
   -- DeepStack (Qwen3-VL): extra mergers whose outputs join the first LLM
   -- layers; their fp32 outputs are kept with the batch (seed 000)
   P.deepstack = {}
@@ -108,7 +132,7 @@ function F.build(S, run, pol)
   P.images = cfg.images or 1 -- images per sample, all of the same size
   -- n_feat: projector rows; n_img: the sequence positions the images take
   P.n_feat = F.image_tokens(vm, f) * P.images
-  P.n_img = cfg.tokens or P.n_feat
+  P.n_img = P.xattn and 0 or cfg.tokens or P.n_feat
   return P
 end
 
@@ -135,7 +159,12 @@ local function image_features(S, P, run)
       h = c
     end
   end
-  local out = layers.gelu_mlp(S, h, P.proj, B * P.n_feat, "projector")
+  local out
+  if P.xattn then
+    out = layers.linear(S, h, P.proj, B * P.n_feat)
+  else
+    out = layers.gelu_mlp(S, h, P.proj, B * P.n_feat, "projector")
+  end
   P.side = {}
   for i, m in ipairs(P.deepstack) do
     P.side[i] = layers.gelu_mlp(S, h, m, B * P.n_feat, "deepstack")
@@ -152,6 +181,12 @@ end
 
 local function embeds(S, P, run, text_dt)
   local B, T = run.batch, run.seq
+  if P.xattn then -- the states go to the cross-attention layers, the text alone in
+    local states = image_features(S, P, run)
+    P.lm.cross = { states = states, rows = B * P.n_feat, tokens = P.n_feat, row_mask = false,
+      last = run.text.last_cross }
+    return decoder.embed(S, P.lm, B * T)
+  end
   -- positions beyond the image features (special tokens) are text
   local text = decoder.embed(S, P.lm, B * (T + math.max(0, P.n_img - P.n_feat)))
   local img = image_features(S, P, run)
@@ -163,14 +198,31 @@ local function embeds(S, P, run, text_dt)
   return all
 end
 
+-- What the forward held for the text model: DeepStack's outputs, the
+-- cross-attention states (local to the model's forward, freed when it
+-- returns) and their cached K/V.
+local function release(S, P)
+  for _, x in ipairs(P.side or {}) do S:drop(x) end
+  P.side = nil
+  local cr = P.lm.cross
+  if cr then
+    if cr.states then S:drop(cr.states) end
+    for _, c in pairs(cr.cache or {}) do S:drop(c.k, c.v) end
+    P.lm.cross = nil
+  end
+end
+
 function F.forward_loss(S, P, run)
   local B, T = run.batch, run.seq
   local seq = T + P.n_img
   local opt = loss.logits_options(S, run, B, seq)
   local emb = embeds(S, P, run)
-  local img_labels = S:new_tensor(B * P.n_img, "int64", "labels.image", false)
-  local labels = S:new_tensor(B * seq, "int64", "labels.cat", false)
-  S:drop(img_labels)
+  local labels -- image tokens in front: their ignored labels, then the cat
+  if not P.xattn then
+    local img_labels = S:new_tensor(B * P.n_img, "int64", "labels.image", false)
+    labels = S:new_tensor(B * seq, "int64", "labels.cat", false)
+    S:drop(img_labels)
+  end
   local r = with(run, { seq = seq })
   local h = decoder.forward(S, P.lm, emb, r)
   S:drop(emb)
@@ -179,8 +231,7 @@ function F.forward_loss(S, P, run)
   S:drop(h)
   local l = loss.causal_lm(S, logits, B * seq, P.lm.m.vocab, B, seq, run.loss, opt)
   S:drop(logits, labels)
-  for _, x in ipairs(P.side or {}) do S:drop(x) end
-  P.side = nil
+  release(S, P)
   S:set_category("activations")
   return l
 end
@@ -193,8 +244,7 @@ function F.forward_logits(S, P, run)
   S:drop(emb)
   local logits = decoder.logits(S, P.lm, h, r)
   S:drop(h)
-  for _, x in ipairs(P.side or {}) do S:drop(x) end
-  P.side = nil
+  release(S, P)
   return logits
 end
 
@@ -204,7 +254,9 @@ function F.generate(S, P, run)
   local r = with(run, { seq = run.seq + P.n_img })
   for _, x in ipairs(P.side or {}) do S:drop(x) end
   P.side = nil
+  if P.lm.cross then P.lm.cross.cache = {} end -- the vision K/V, computed at prefill
   causal.generate(S, P.lm, r, emb)
+  release(S, P)
 end
 
 -- PPO's critic: the language model's (models/causal_lm.lua).
