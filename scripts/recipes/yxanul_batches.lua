@@ -168,9 +168,23 @@ for _, e in ipairs(per_stage) do
       vram.fmt(f.need, "GiB")) or ("%s (cost %d), %s"):format(answer.describe(f.changes), f.cost,
       vram.fmt(f.need, "GiB"))) or "nothing of these fits")
 end
-notes[#notes + 1] = "not simulated: EnhancedTrainer.train_step's metrics (softmax, entropy over"
-notes[#notes + 1] = "  B x T x V under no_grad, and logits, shifted_logits, probs kept through backward);"
-notes[#notes + 1] = "  they add several B x T x V bf16 buffers, so these batches are upper bounds"
+-- EnhancedTrainer.train_step (src/enhanced_trainer.py) computes accuracy,
+-- entropy and top-5 under no_grad after forward and keeps its locals
+-- `logits` (B x T x V), `shifted_logits` (B x (T-1) x V) and `probs`
+-- (B x T x V), all bf16, through backward: not simulated, sized here.
+local hf = headline.fit
+if hf then
+  local k = hf.changes[1] and hf.changes[1].value.k or 1
+  local b = (s1.config_batch * 13 // 10 + k - 1) // k
+  local rows, shifted = b * s1.seq_len, b * (s1.seq_len - 1)
+  local held = vram.add(vram.bytes("bf16", vram.mul(2, rows, V)), vram.bytes("bf16",
+    vram.mul(shifted, V)))
+  local total = vram.add(hf.need, held)
+  notes[#notes + 1] = ("not simulated: the trainer's metrics keep logits, shifted_logits and "
+    .. "probs (bf16) through backward: %s more at micro-batch %d of stage 1, %s in all: %s")
+    :format(vram.fmt(held, "GiB"), b, vram.fmt(total, "GiB"), total <= rtx.bytes
+      and "still fits" or "no longer fits: the batches above are upper bounds")
+end
 
 answer.print({
   result = headline,

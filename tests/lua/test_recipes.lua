@@ -113,6 +113,11 @@ function tests.yxanul_recipe_answers_with_the_fp8_files_model()
   has(out, ("batch 4096 x 1.3 = %d, FP8"):format(4096 * 13 // 10))
   has(out, "\nAnswer:\n")
   T.ok(out:find("as given: needs [%d.]+ GiB of 23.99 GiB: does not fit") ~= nil, "5324 does not fit")
+  -- the trainer's logits + probs (B x 8 x V) and shifted_logits (B x 7 x V), bf16, at the
+  -- micro-batch gradient accumulation 8 leaves: ceil(5324 / 8) = 666
+  local mb = (5324 + 7) // 8
+  has(out, ("%.2f GiB more at micro-batch %d"):format((2 * mb * 8 * 200005 * 2
+    + mb * 7 * 200005 * 2) / (1 << 30), mb))
   T.ok(out:find("cheapest change set that fits") ~= nil, "a change set fits")
   for _, claim in ipairs({ "Model (FP8): 187.3 MB", "Optimizer (Adam): 1,872.6 MB",
     "FP8 training (half the memory of FP16)", "'2x throughput" }) do
