@@ -33,8 +33,10 @@ M.RULES = {
 }
 
 -- gpu: stdlib/gpus entry; weights: bytes of the base weights; need: the
--- simulated device total. Returns ok, list of {id, reason, overridable}.
-function M.check(gpu, weights, need, force)
+-- simulated device total; usable: what the framework lets a step use there
+-- (stdlib/frameworks.lua usable: Metal's working set on MPS), default the
+-- whole device. Returns ok, list of {id, reason, overridable}.
+function M.check(gpu, weights, need, force, usable)
   local out = {}
   local ok = true
   for _, r in ipairs(M.RULES) do
@@ -44,9 +46,11 @@ function M.check(gpu, weights, need, force)
       if not (force and r.overridable) then ok = false end
     end
   end
-  if gpu.kind ~= "cpu" and need > gpu.bytes then
-    out[#out + 1] = { id = "does-not-fit", reason = ("needs %.2f GiB, the device has %.2f GiB")
-      :format(need / GiB, gpu.bytes / GiB), overridable = false }
+  usable = usable or gpu.bytes
+  if gpu.kind ~= "cpu" and need > usable then
+    out[#out + 1] = { id = "does-not-fit", reason = ("needs %.2f GiB, the device lets a step use "
+      .. "%.2f GiB of %.2f GiB"):format(need / GiB, usable / GiB, gpu.bytes / GiB),
+      overridable = false }
     ok = false
   end
   return ok, out

@@ -25,10 +25,22 @@ if not gpu_name then errors.usage("doctor needs --gpu NAME") end
 local gpu = gpus.get(gpu_name, nil, "--gpu")
 local run = require("stdlib.formats").command_run(path, a, require("models.registry"))
 if not run then return end
+-- Apple silicon runs PyTorch's MPS stack whatever CUDA framework the spec
+-- names: Metal's buffers, no CUDA context, and Metal's working set as the
+-- limit (stdlib/frameworks/mps.lua)
+local frameworks = require("stdlib.frameworks")
+if gpu.kind == "mps" and run.framework ~= "mps" then
+  print(("%s is Apple silicon: simulated as framework mps, not %s"):format(gpu.name,
+    run.framework))
+  run = require("stdlib.run").with(run, { framework = "mps" })
+end
 local need, st = fit.need(run)
+local usable = frameworks.usable(frameworks.of(run), gpu)
 local weights = st.at_peak.weights + st.at_peak.master_weights
-local ok, findings = doctor.check(gpu, weights, need, force)
-print(("%s on %s: needs %.2f GiB"):format(path, gpu.name, require("vram").to(need, "GiB")))
+local ok, findings = doctor.check(gpu, weights, need, force, usable)
+print(("%s on %s: needs %.2f GiB%s"):format(path, gpu.name, require("vram").to(need, "GiB"),
+  usable ~= gpu.bytes and (" of the %.2f GiB it lets a step use"):format(
+    require("vram").to(usable, "GiB")) or ""))
 for _, f in ipairs(findings) do
   print(("  %s %s: %s"):format((force and f.overridable) and "overridden" or "REFUSED", f.id,
     f.reason))

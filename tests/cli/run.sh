@@ -201,6 +201,8 @@ t "sweep agrees with estimate"           0 "agree" \
    [ -n "$e" ] && [ "$e" = "$w" ] && echo agree || echo "differ: $e vs $w"'
 t "sweep rejects a bad list"             2 "positive integers" '"$V" sweep "$D/spec.yaml" --seq 0,x'
 t "doctor refuses a CPU host"            1 "cpu-only" '"$V" doctor "$D/spec.yaml" --gpu cpu'
+t "doctor holds an Apple GPU to its working set" 1 "the device lets a step use 12.00 GiB of 16.00 GiB" \
+  '"$V" doctor "$D/spec.yaml" --gpu m2-16gb'
 t "recipes run from any directory"       0 "Qwen2.5-1.5B-Instruct" '"$V" run recipes/quickstart.lua'
 # a shared budget script travels as a folder: its require("team") resolves
 # beside the script wherever the folder is copied
