@@ -118,15 +118,15 @@ end
 -- peft's adapter pair on a linear of inn -> out: lora_A (r x inn) and
 -- lora_B (out x r), fp32 (get_peft_model's autocast_adapter_dtype).
 function L.new_lora(S, inn, out, r, label)
-  return { a = S:param(inn * r, FP32, true, label .. ".lora_A"),
-    b = S:param(r * out, FP32, true, label .. ".lora_B"), r = r }
+  return { a = S:adapter_param(inn * r, FP32, label .. ".lora_A"),
+    b = S:adapter_param(r * out, FP32, label .. ".lora_B"), r = r }
 end
 
 -- peft's LoRA on an nn.Embedding (vocab x dim): lora_embedding_A (r x vocab)
 -- and lora_embedding_B (dim x r), fp32.
 function L.new_embedding_lora(S, vocab, dim, r, label)
-  return { a = S:param(vocab * r, FP32, true, label .. ".lora_embedding_A"),
-    b = S:param(dim * r, FP32, true, label .. ".lora_embedding_B"), r = r, vocab = vocab }
+  return { a = S:adapter_param(vocab * r, FP32, label .. ".lora_embedding_A"),
+    b = S:adapter_param(dim * r, FP32, label .. ".lora_embedding_B"), r = r, vocab = vocab }
 end
 
 -- peft lora.Embedding.forward after the base lookup `e` (rows x dim):

@@ -52,6 +52,11 @@ function R.budget(st, run, gpu_name)
       .. "prepare_model_for_kbit_training fp32 casts)"):format(q.store, q.compute,
       run.param_dtype or q.compute)
   end
+  -- the load phase (stdlib/load.lua): its own peak, and whether it is the run's
+  b.load = require("stdlib.load").summary(st, run)
+  if b.load and run.load and run.load.note then
+    b.assumptions[#b.assumptions + 1] = run.load.note
+  end
   -- three peaks: tensors allocated, allocator reserved, device total
   b.reserved_bytes = st.peak_reserved
   if st.peak_reserved ~= st.peak then
@@ -85,6 +90,11 @@ function R.text(b, title)
     local f = it.bytes / b.peak_bytes
     add(("%-16s %16d %11.3f %5.1f%%  %s"):format(it.category, it.bytes, vram.to(it.bytes, "GiB"),
       f * 100, bar(f, 24)))
+  end
+  if b.load then
+    add(("load: peak %s [%d B] (weights arriving %s); the run's peak is the %s's"):format(
+      vram.fmt(b.load.load_peak_bytes, "GiB"), b.load.load_peak_bytes, b.load.how,
+      b.load.run_peak))
   end
   add(("allocator reserved: %s; device total (with framework overhead): %s"):format(
     vram.fmt(b.reserved_bytes, "GiB"), vram.fmt(b.device_total_bytes, "GiB")))

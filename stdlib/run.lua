@@ -50,6 +50,8 @@ R.FIELDS = {
   loss_upcast = { "cross_entropy: logits.float() before the loss", true },
   loss_num_items = { "cross_entropy: the Trainer's num_items_in_batch (sum / count)", false },
   loss_where = { "the spec file, for the loss's errors" },
+  load = { "how the weights reach the device { from (dtype), cast = host | tensor | device } "
+    .. "(stdlib/load.lua), else nil: each in its own dtype" },
   frozen = { "towers that do not train: vision, llm, projector, embeddings",
     function() return {} end },
   lora = { "adapters { r (rank), alpha, targets, where, default }, else nil" },

@@ -75,12 +75,38 @@ end
 
 -- bytes: what the parameter holds when it is not n elements of dt (a
 -- quantized checkpoint's weight with its scales, stdlib/quant.lua).
+-- While the load phase runs (stdlib/load.lua), each parameter's arrival
+-- transient follows it (self.on_load).
 function Sim:param(n, dt, trainable, label, cat, bytes)
   local b = self.params_on_tape and (bytes or self:bytes(dt, n)) or 0
   local p = { id = self.tape:param(b, cat or "weights", label), n = n, dt = dt, b = b,
               rg = trainable and true or false, param = true }
   self.params[#self.params + 1] = p
+  if self.on_load and b > 0 then self.on_load(p) end
   return p
+end
+
+-- An adapter's parameter (peft's LoRA): not in the checkpoint, created
+-- after the load. While the load runs its bytes wait for flush_adapters
+-- (the parameter itself holds none on the tape; p.b is its size for
+-- gradients and optimizer states).
+function Sim:adapter_param(n, dt, label)
+  if not self.on_load then return self:param(n, dt, true, label) end
+  local on_load = self.on_load
+  self.on_load = nil
+  local p = self:param(n, dt, true, label, nil, 0)
+  self.on_load = on_load
+  p.b = self.params_on_tape and self:bytes(dt, n) or 0
+  self.adapters_later = self.adapters_later or {}
+  self.adapters_later[#self.adapters_later + 1] = { p.b, label }
+  return p
+end
+
+function Sim:flush_adapters()
+  for _, a in ipairs(self.adapters_later or {}) do
+    if a[1] > 0 then self.tape:alloc(a[1], "weights", a[2]) end
+  end
+  self.adapters_later = nil
 end
 
 -- A view: same storage, one more reference, optionally another element count.

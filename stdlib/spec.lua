@@ -89,7 +89,7 @@ end
 local RUN_KEYS = { mode = 1, batch = 1, seq = 1, grad_accum = 1, precision = 1, optimizer = 1,
   grad_checkpointing = 1, attention = 1, loss = 1, lora = 1, freeze = 1, framework = 1, gpu = 1,
   generate_tokens = 1, images = 1, checkpoint_segment = 1, rl = 1, moe = 1, fp8 = 1,
-  undisposed_steps = 1, xla = 1 }
+  undisposed_steps = 1, xla = 1, load = 1 }
 
 -- A list of strings (module leaf names, tower names).
 function M.names(v, where, field)
@@ -242,6 +242,26 @@ local function read_loss(loss, f, where)
     errors.input(where, "run.loss.upcast", "false under autocast is not modelled (autocast "
       .. "runs the log-softmax in fp32 itself)")
   end
+end
+
+-- run.load (stdlib/load.lua): how the weights reach the device.
+-- low_cpu_mem_usage (transformers' meta-device loading) changes host memory
+-- only: accepted, said so.
+local function read_load(ld, f, where, parallel)
+  if type(ld) ~= "table" then errors.input(where, "run.load", "must be a mapping") end
+  check_keys(ld, { from = 1, cast = 1, low_cpu_mem_usage = 1 }, where, "run.load.")
+  local r = { from = dtype(where, "run.load.from", ld.from),
+    cast = one_of(where, "run.load.cast", ld.cast, { "host", "tensor", "device" }, "host") }
+  cfgutil.reader(ld, where, "run.load."):bool("low_cpu_mem_usage", true)
+  if ld.low_cpu_mem_usage ~= nil then
+    r.note = "load.low_cpu_mem_usage changes host memory only (the model built on the meta "
+      .. "device or on the CPU); the device sees the same tensors arrive"
+  end
+  if f.rl or parallel then
+    errors.input(where, "run.load", "the load phase of an RL update or a multi-GPU layout "
+      .. "(FSDP's rank-0 loading) is not modelled")
+  end
+  f.load = r
 end
 
 -- run.rl (modes ppo and grpo): rollout, stored log-probs, minibatch steps
@@ -476,6 +496,7 @@ function M.normalize(spec, where, families, loaded)
   if run.lora then f.lora = read_lora(run.lora, where) end
   if run.moe ~= nil then f.moe = read_moe(run.moe, where) end
   f.quant = read_quant(prec, f, cfg, path, where)
+  if run.load ~= nil then read_load(run.load, f, where, spec.parallel ~= nil) end
   read_framework_knobs(run, rd, f, where)
   local text_only = cfgutil.reader(model, where, "model."):bool("text_only", false)
   local family, typed = families.find(cfg, path)

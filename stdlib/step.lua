@@ -169,7 +169,14 @@ function M.simulate(family, run)
   local S = M.new_sim(run)
   local all = S.params -- every parameter, in creation order (tied weights once)
   local pol, check = policies(run)
+  local tape = S.tape
+  tape:phase("load") -- the weights arriving (stdlib/load.lua)
+  local load = require("stdlib.load")
+  load.begin(S, run)
   local model = family.build(S, run, pol)
+  load.finish(S, run)
+  tape:phase("setup") -- adapters, optimizer state, inputs
+  S:flush_adapters()
   check()
   local train = run.mode == "train"
   local trainable = trainable_params(S, all)
@@ -177,7 +184,6 @@ function M.simulate(family, run)
   if train then optim.init_state(S, trainable, run.optimizer) end
   local state_bytes = S.tape:live() - before_state
   local inputs = family.inputs(S, run, model)
-  local tape = S.tape
   local ends, base = {}, tape:live()
   local outs
   if train then

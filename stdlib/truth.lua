@@ -68,6 +68,10 @@ function M.normalize(case, where, families)
   if run.quant then
     f.quant = { store = run.quant.double_quant and "nf4_dq" or "nf4", compute = dt }
   end
+  -- load cases (tests/truth/cases_load.json): the checkpoint's dtype and cast
+  if run.load then
+    f.load = { from = DTYPES[run.load.from or "float32"], cast = run.load.cast or "host" }
+  end
   local d = sim.case(cfg, where)
   f.text, f.vision, f.vlm = d.text, d.vision, d.vlm
   return require("stdlib.run").new(f)

@@ -43,7 +43,11 @@ HEADS = ("lm_head", "classifier")
 
 def _quantize(w):
     """(packed uint8 n/2, absmax fp32 n/64) of a weight, as numpy arrays."""
-    v = w.detach().to(torch.float32).reshape(-1).numpy()
+    w = w.detach().reshape(-1)
+    if w.dtype == torch.bfloat16:  # the bits widened in numpy: no tracked fp32 copy
+        v = (w.view(torch.int16).numpy().astype(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    else:
+        v = w.numpy().astype(np.float32, copy=False)
     n = v.size
     pad = (-n) % BLOCK
     vb = np.concatenate([v, np.zeros(pad, np.float32)]).reshape(-1, BLOCK)
@@ -146,16 +150,36 @@ class LoraLinear4bit(ref.LoraLinear):
         return result + output
 
 
-def qlora(model, quant, lora):
+def quantize_on_load(w, bias, double_quant):
+    """transformers + bitsandbytes loading a checkpoint weight into a Linear4bit
+    (Params4bit._quantize): the weight, already in the compute dtype, copied to the device
+    whole (`w`, the caller's), then quantize_4bit: the packed output and an fp32 absmax per
+    block; with double quantisation that absmax and its centred copy (absmax - mean) are
+    fp32 temporaries while quantize_blockwise writes the uint8 codes and their fp32 absmax
+    (the numpy arithmetic is untracked; these tensors stand for the kernel's buffers)."""
+    lin = type("Lin", (), {})()
+    lin.in_features, lin.out_features = w.shape[1], w.shape[0]
+    lin.weight, lin.bias = w, bias
+    tmp = []
+    if double_quant:
+        nb = -(-w.numel() // BLOCK)
+        tmp = [torch.empty(nb, dtype=torch.float32), torch.empty(nb, dtype=torch.float32)]
+    q = Linear4bit(lin, double_quant)
+    del tmp
+    return q
+
+
+def qlora(model, quant, lora, quantized=False):
     """Every nn.Linear but the heads becomes a frozen Linear4bit (nf4, double quantisation
-    when quant["double_quant"]); then peft's adapters on the targets. Returns the
-    wrapped names."""
+    when quant["double_quant"]) unless `quantized` (probe.load_model did it while loading);
+    then peft's adapters on the targets. Returns the wrapped names."""
     dq = bool(quant.get("double_quant"))
     for p in model.parameters():
         p.requires_grad_(False)
+    kind = Linear4bit if quantized else nn.Linear
     linears = [n for n, m in model.named_modules()
-               if isinstance(m, nn.Linear) and n.split(".")[-1] not in HEADS]
-    for n in linears:
+               if isinstance(m, kind) and n.split(".")[-1] not in HEADS]
+    for n in linears if not quantized else []:
         parent, _, leaf = n.rpartition(".")
         owner = model.get_submodule(parent) if parent else model
         setattr(owner, leaf, Linear4bit(getattr(owner, leaf), dq))

@@ -275,6 +275,62 @@ def greedy(model, family, x, n_new, mark, amp):
     return kv
 
 
+def load_model(host, load, dt, quant):
+    """Loads `host` (the checkpoint: a model built before profiling, in load["from"]) onto
+    the device one tensor at a time in module order, its tensors kept (they are host
+    memory), and returns it holding the device tensors. load["cast"]:
+      host    the cast happens before the copy (transformers: param.to(dtype), then to the
+              device): each tensor arrives in the model dtype
+      tensor  each tensor arrives in the checkpoint dtype and is cast on the device
+      device  the whole model arrives in the checkpoint dtype, then model.to(dtype)
+    With quant (QLoRA), every linear weight but the heads arrives in the model dtype and is
+    quantized on arrival (bnb_ref.quantize_on_load); the rest as `host`."""
+    import bnb_ref
+    cast = load.get("cast", "host")
+    keep, done = [], {}
+
+    def arrive(t, to_dt):
+        if cast == "host" or quant or not t.is_floating_point():
+            d = torch.empty(t.shape, dtype=to_dt if t.is_floating_point() else t.dtype)
+            d.copy_(t)
+            return d
+        d = t.detach().clone()  # the checkpoint dtype, on the device
+        if cast == "tensor" and d.dtype != to_dt:
+            d = d.to(to_dt)
+        return d
+
+    for mname, mod in list(host.named_modules()):
+        leaf = mname.split(".")[-1]
+        qlin = quant and isinstance(mod, torch.nn.Linear) and leaf not in bnb_ref.HEADS
+        for pname, p in list(mod.named_parameters(recurse=False)):
+            keep.append(p)
+            if id(p) in done:
+                setattr(mod, pname, done[id(p)])
+                continue
+            if qlin and pname == "weight":
+                w = arrive(p, dt)
+                q = bnb_ref.quantize_on_load(w, None, bool(quant.get("double_quant")))
+                del w
+                done[id(p)] = None
+                parent, _, child = mname.rpartition(".")
+                owner = host.get_submodule(parent) if parent else host
+                setattr(owner, child, q)
+                mod = q
+                continue
+            new = torch.nn.Parameter(arrive(p, dt), requires_grad=p.requires_grad)
+            done[id(p)] = new
+            setattr(mod, pname, new)
+        for bname, b in list(mod.named_buffers(recurse=False)):
+            if isinstance(mod, bnb_ref.Linear4bit):
+                continue
+            keep.append(b)
+            mod._buffers[bname] = arrive(b, dt)
+    if cast == "device" and not quant:
+        host.to(dt)
+    load_model.keep = keep  # host memory: never freed while profiling
+    return host
+
+
 def storages(ts):
     return {t.storage().data_ptr(): t.storage().nbytes() for t in ts if isinstance(t, torch.Tensor)}
 
@@ -290,16 +346,28 @@ def measure(case):
     variant = run.get("loss_variant", "ce")
     amp = (lambda: torch.autocast("cpu", dtype=dt)) if mixed else contextlib.nullcontext
 
+    load = run.get("load")
+    if load:  # the checkpoint on the host, before profiling (load_model)
+        torch.manual_seed(int(run.get("seed", 0)))
+        host = ref.build(family, cfg)
+        src = DTYPES[load.get("from", "float32")]
+        if src != torch.float32:
+            host.to(src)
     with Trace() as tr:
         tr.mark("begin")
-        torch.manual_seed(int(run.get("seed", 0)))
-        model = ref.build(family, cfg)
-        if not mixed and dt != torch.float32:
-            model.to(dt)
+        if load:
+            model = load_model(host, load, dt if not mixed else torch.float32, run.get("quant"))
+            del host
+            tr.mark("loaded")
+        else:
+            torch.manual_seed(int(run.get("seed", 0)))
+            model = ref.build(family, cfg)
+            if not mixed and dt != torch.float32:
+                model.to(dt)
         lora, wrapped = run.get("lora"), []
         if run.get("quant"):  # QLoRA: bitsandbytes Linear4bit + peft (bnb_ref.py)
             import bnb_ref
-            wrapped = bnb_ref.qlora(model, run["quant"], lora)
+            wrapped = bnb_ref.qlora(model, run["quant"], lora, quantized=bool(load))
         elif lora:
             wrapped = ref.add_lora(model, int(lora["r"]), float(lora.get("alpha") or 2 * lora["r"]),
                                    lora.get("targets") or ["q_proj", "k_proj", "v_proj", "o_proj"])
@@ -397,6 +465,9 @@ def measure(case):
     }
     if n_gen and not train:
         res["kv_cache_bytes_final"] = kv
+    if load:  # from the first marker (nothing live) to the model on the device
+        res["load_peak_bytes"] = peak["begin"]
+        res["load_end_bytes"] = level["loaded"]
     derived = {}
     if family == "vlm":
         derived["num_image_tokens"] = model.image_tokens()
