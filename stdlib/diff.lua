@@ -14,7 +14,8 @@ local SKIP = { config_path = true, hf_config = true, timeline = true, trace = tr
 local function flatten(t, prefix, out)
   for k, v in pairs(t) do
     local key = prefix .. tostring(k)
-    if not (prefix == "" and SKIP[k]) and not tostring(k):match("^_") then
+    -- `where` at any depth (parallel, lora) names the file a field came from
+    if not (prefix == "" and SKIP[k]) and not tostring(k):match("^_") and k ~= "where" then
       if type(v) == "table" then flatten(v, key .. ".", out) else out[key] = v end
     end
   end
@@ -26,8 +27,18 @@ local function show(v)
   return tostring(v)
 end
 
+-- A layout on one side only is one knob, its name, not its thirty fields.
+local function layout_as_name(r, other)
+  if not r.parallel or other.parallel then return r end
+  local c = {}
+  for k, v in pairs(r) do c[k] = v end
+  c.parallel = require("stdlib.parallel").layout_name(r.parallel)
+  return c
+end
+
 -- { {knob, a, b} } sorted by knob name.
 function M.knobs(ra, rb)
+  ra, rb = layout_as_name(ra, rb), layout_as_name(rb, ra)
   local fa, fb = flatten(ra, "", {}), flatten(rb, "", {})
   local keys, seen = {}, {}
   for k in pairs(fa) do keys[#keys + 1] = k; seen[k] = true end
@@ -86,6 +97,7 @@ end
 
 local function where(b)
   return b.peak_phase .. (b.peak_op and (" at " .. b.peak_op) or "")
+    .. (b.largest_rank and (" on the largest rank (ranks " .. b.largest_rank .. ")") or "")
 end
 
 -- The comparison as lines of text. a, b: { name, run, budget, timeline|nil }.

@@ -238,7 +238,8 @@ function M.page(title, b, tl, extra)
   local out = head(title)
   out[#out + 1] = summary(b)
   if tl then
-    out[#out + 1] = "<h2>Memory timeline</h2>"
+    out[#out + 1] = "<h2>Memory timeline" .. (b.largest_rank and
+      (" of the largest rank (ranks " .. esc(b.largest_rank) .. ")") or "") .. "</h2>"
     out[#out + 1] = M.timeline_svg(tl)
     local leg = {}
     for _, cat in ipairs(report.ORDER) do

@@ -331,7 +331,6 @@ function M.local_run(run, L, role)
   end
   r.seq = run.seq // L.cp
   r.stage = { embed = role.first, head = role.last }
-  r.timeline = nil -- one timeline per role is not drawn yet
   local sharded = L.zero > 0 or (L.fsdp and L.fsdp ~= "no_shard")
   if sharded then
     -- the module computes in the compute dtype. DeepSpeed keeps fp32
@@ -367,6 +366,7 @@ local function nbytes(dt, n) return vram.bytes(dt, n) end
 -- the model (neither embedding nor head): most chunks in flight are such.
 local function pass(family, run, L, role, held, mid)
   local S = step.new_sim(run)
+  if run.timeline and held then S.tape:timeline(true) end -- the step's pass, drawn
   if L.sp then
     -- row-parallel outputs and the embedding are reduce-scattered over tp;
     -- the norms' per-row statistics follow their rows
@@ -716,6 +716,7 @@ local function pass(family, run, L, role, held, mid)
   for _, id in ipairs(info.gs_ids or {}) do tape:drop(id) end
   for _, x in ipairs(inputs) do S:drop(x) end
   local st = tape:stats()
+  st.timeline = require("stdlib.timeline").collect(tape) -- nil unless recorded
   st.baseline, st.phase_end = base, st_ends
   st.param_count, st.trainable_count = total, trainable
   info.held = measured
@@ -751,10 +752,12 @@ local function comms(L)
 end
 
 -- The budget of a parallel run: per_rank (one per pipeline stage, with the
--- ranks it stands for) and the largest rank's figures at the top level.
+-- ranks it stands for) and the largest rank's figures at the top level;
+-- second, each role's timeline (when run.timeline), in per_rank's order,
+-- and the largest rank's as `largest`.
 function M.budget(run, gpu_name)
   local L = run.parallel
-  local per, top = {}, nil
+  local per, top, timelines = {}, nil, {}
   local gpu = gpus.find(gpu_name or run.gpu)
   for _, role in ipairs(M.roles(L, run)) do
     local st, info, lrun = M.simulate_role(run, L, role)
@@ -791,7 +794,10 @@ function M.budget(run, gpu_name)
       assumptions = b.assumptions,
     }
     per[#per + 1] = e
-    if not top or e.device_total_bytes > top.device_total_bytes then top = e; top.budget = b end
+    timelines[#per] = st.timeline
+    if not top or e.device_total_bytes > top.device_total_bytes then
+      top = e; top.budget = b; timelines.largest = st.timeline
+    end
   end
   local b = top.budget
   top.budget = nil
@@ -804,7 +810,7 @@ function M.budget(run, gpu_name)
     L.fsdp_version or nil, microbatches = L.microbatches, pp_schedule = L.schedule,
     offload = L.offload }
   b.largest_rank = top.ranks
-  return b
+  return b, timelines
 end
 
 -- Terminal: one table per rank role.
@@ -947,12 +953,14 @@ function M.fit(run, gpus, budget, where)
   return fits, #all
 end
 
--- "dp8 zero-3", "tp2+sp pp2 dp2", ...
+-- "dp8 zero-3", "tp2+sp pp2 dp2", "dp4 fsdp full_shard offload optimizer+params"
+-- of a layout table as written (M.layouts) or as read (M.read).
 function M.layout_name(t)
   local parts = {}
   for _, k in ipairs({ "dp", "tp", "pp", "cp", "ep" }) do
     if (t[k] or 1) > 1 or k == "dp" then
-      parts[#parts + 1] = k .. t[k] .. (k == "tp" and t.sequence_parallel and "+sp" or "")
+      parts[#parts + 1] = k .. (t[k] or 1)
+        .. (k == "tp" and (t.sequence_parallel or t.sp) and "+sp" or "")
     end
   end
   if (t.zero or 0) > 0 then parts[#parts + 1] = "zero-" .. t.zero end
@@ -960,6 +968,11 @@ function M.layout_name(t)
   if (t.dp or 1) * (t.cp or 1) > 1 and (t.zero or 0) == 0 and not t.fsdp then
     parts[#parts + 1] = "ddp"
   end
+  local off, what = t.offload or {}, {}
+  for _, k in ipairs({ "optimizer", "params" }) do
+    if (off[k] or "none") ~= "none" then what[#what + 1] = k end
+  end
+  if #what > 0 then parts[#parts + 1] = "offload " .. table.concat(what, "+") end
   return table.concat(parts, " ")
 end
 

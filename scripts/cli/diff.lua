@@ -27,9 +27,17 @@ if a.gpu then require("stdlib.gpus").get(a.gpu, nil, "--gpu") end
 local function side(path, case_id, flag)
   local run = inputs.load(path, case_id, flag, require("models.registry"))
   run.timeline = not a.json
-  local st = step.run(run)
+  local b, tl
+  if run.parallel then -- the largest rank's budget, as estimate prints it
+    local tls
+    b, tls = require("stdlib.parallel").budget(run, a.gpu)
+    tl = tls.largest
+  else
+    local st = step.run(run)
+    b, tl = report.budget(st, run, a.gpu), st.timeline
+  end
   return { name = path .. (case_id and (" [" .. case_id .. "]") or ""), run = run,
-    budget = report.budget(st, run, a.gpu), timeline = st.timeline }
+    budget = b, timeline = tl }
 end
 local A = side(a[1], a.case_a, "--case-a")
 local B = side(a[2], a.case_b, "--case-b")

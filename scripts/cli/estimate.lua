@@ -78,9 +78,10 @@ run = run or spec.normalize(doc, path, require("models.registry"))
 local rec = seen and observed.reconcile({ doc = not tr and doc or nil, path = path,
   observed = seen, kind = a.observed_kind, gpu = gpu, families = require("models.registry") })
 run.timeline = fmt == nil or fmt == "markdown" or a.html ~= nil -- drawn, not in JSON/CSV
-local b, st
+local b, st, tls
 if run.parallel then -- per-rank budgets; the top level is the largest rank's
-  b = require("stdlib.parallel").budget(run, gpu)
+  b, tls = require("stdlib.parallel").budget(run, gpu)
+  st = { timeline = tls.largest } -- the page and the Markdown draw the largest rank's
 else
   st = step.run(run)
   b = report.budget(st, run, gpu)
@@ -108,7 +109,13 @@ elseif fmt == "markdown" then
 elseif fmt == "csv" then print(report.csv(b))
 else
   print(run.parallel and require("stdlib.parallel").text(b, path) or report.text(b, path))
-  if st and st.timeline then print(table.concat(require("stdlib.timeline").text(st.timeline), "\n")) end
+  local timeline = require("stdlib.timeline")
+  if tls then -- one per rank role
+    for k, r in ipairs(b.per_rank) do
+      print(("\n%s (ranks %s):"):format(r.role, r.ranks))
+      print(table.concat(timeline.text(tls[k]), "\n"))
+    end
+  elseif st and st.timeline then print(table.concat(timeline.text(st.timeline), "\n")) end
   if rec then print(table.concat(observed.text(rec), "\n")) end
   if sv then
     print("colocated vLLM (reserved beside training; the fit above subtracts it):")

@@ -116,8 +116,7 @@ else
   local names = {}
   for _, m in ipairs(levers) do names[#names + 1] = m.name end
   local L = run.parallel
-  local layout = L and require("stdlib.parallel").layout_name({ dp = L.dp, tp = L.tp, pp = L.pp,
-    cp = L.cp, ep = L.ep, sequence_parallel = L.sp, zero = L.zero, fsdp = L.fsdp })
+  local layout = L and require("stdlib.parallel").layout_name(L)
   if a.json then
     local combos = {}
     for k, e in ipairs(list) do

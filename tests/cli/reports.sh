@@ -43,6 +43,22 @@ t "estimate draws the timeline under the breakdown" 0 "timeline ok" \
    grep -n "^component" out.txt | cut -d: -f1 | { read -r c; [ "$c" -lt "$n" ]; } || exit 7
    echo timeline ok'
 
+# a parallel: layout draws one timeline per rank role, each at the height
+# of that role's own peak, and keeps them out of --json
+P2="$S/examples/specs/qwen2_5_7b_tp2_pp2_dp2.yaml"
+export P2
+t "a layout draws one timeline per rank role" 0 "roles ok" \
+  '"$V" estimate "$P2" > p.txt || exit 1
+   roles=$(grep -c "^== " p.txt); tls=$(grep -c "^timeline (live tensors" p.txt)
+   [ "$roles" -eq 2 ] && [ "$tls" -eq "$roles" ] || exit 2
+   grep "^== " p.txt | sed -n "s/^== \(.*\) (ranks \([0-9-]*\)): peak \([0-9.]* GiB\) .*/\1 (ranks \2):|\3/p" > want.txt
+   while IFS="|" read -r head peak; do
+     grep -A1 -xF "$head" p.txt | tail -n 1 | grep -qF "full height = the peak, $peak)" || exit 3
+   done < want.txt
+   [ "$(wc -l < want.txt)" -eq 2 ] || exit 4
+   "$V" estimate "$P2" --json | grep -q timeline && exit 5
+   echo roles ok'
+
 # ---------------------------------------------------------------- writing
 echo 'vram.write_file(arg[1], "x")' >"$D/writer.lua"
 t "a sandboxed script cannot write, even a named file" 1 "writes only files named on the command line of a built-in command" \
@@ -204,6 +220,19 @@ t "--observed on a layout compares with the rank that sets the peak" 0 "ranks ok
    "$V" estimate "$FO" --observed 20GB --json > of.json && "$V" estimate "$FO" --json > ef.json &&
    "$V" estimate fsdp_no_offload.yaml --json > en.json &&
    "$V" run check_ranks.lua oz.json ez.json ed.json op.json ep.json of.json ef.json en.json'
+# diff of two layouts compares the largest ranks, as estimate prints them
+# (it once priced a parallel: spec as one GPU holding the whole model)
+t "diff of two layouts: every figure is estimate's largest rank" 0 "diff json ok" \
+  '"$V" diff "$Z3" z3_ddp.yaml --json > dz.json && "$V" estimate "$Z3" --json > za.json &&
+   "$V" estimate z3_ddp.yaml --json > zb.json && "$V" run check_diff.lua dz.json za.json zb.json'
+t "diff names the layout knob and the largest rank" 0 "layout ok" \
+  '"$V" diff "$Z3" z3_ddp.yaml > dz.txt && "$V" diff "$Z3" small.yaml > ds.txt || exit 1
+   grep -qE "^  parallel.zero +3 -> 0$" dz.txt || exit 2
+   grep -q "where" dz.txt && exit 3
+   grep -qE "^  parallel +dp8 zero-3 -> \(unset\)$" ds.txt || exit 4
+   [ "$(grep -c "^  parallel\." ds.txt)" -eq 0 ] || exit 5
+   grep -qE "^peak of A: .* on the largest rank \(ranks 0-7\)$" dz.txt || exit 6
+   echo layout ok'
 t "--observed on a layout says which rank in the terminal" 0 "on the rank that sets it (first stage, ranks 0-3)" \
   '"$V" estimate "$P3" --observed 70GB --observed-kind allocated'
 t "--observed needs a run spec" 1 "needs a run spec" \

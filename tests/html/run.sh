@@ -88,6 +88,22 @@ python3 "$here/png_check.py" "$D/page.png" 4477aa ccbb44 228833 >"$D/png.txt" 2>
 check "the screenshot is drawn: weights, optimizer state and gradients areas" $? \
   "$(tr '\n' ' ' <"$D/png.txt")"
 
+# ---- a parallel: layout: the largest rank's timeline, named
+spec_dir=$(cd "$here/../../examples/specs" && pwd)
+(cd "$D" && "$V" estimate "$spec_dir/qwen2_5_7b_tp2_pp2_dp2.yaml" --html layout.html >layout.txt 2>&1)
+check "estimate --html of a layout exits 0" $? "$(head -c 300 "$D/layout.txt")"
+render "$D/layout.html" dump "$D/layout_dom.html"
+largest=$(sed -n 's/^== \(.*\) (ranks \([0-9-]*\)): peak \([0-9.]* GiB\) .*/\2 \3/p' "$D/layout.txt" |
+  sort -k2 -g -r | head -n 1)
+ranks=${largest%% *}
+peak=${largest#* }
+[ -n "$ranks" ] && has "$D/layout_dom.html" "Memory timeline of the largest rank (ranks $ranks)"
+check "the layout page draws the largest rank's timeline ($ranks)" $?
+has "$D/layout_dom.html" "peak $peak"; check "at that rank's peak ($peak)" $?
+render "$D/layout.html" png "$D/layout.png"
+python3 "$here/png_check.py" "$D/layout.png" 4477aa ccbb44 228833 >"$D/png4.txt" 2>&1
+check "the layout screenshot is drawn" $? "$(tr '\n' ' ' <"$D/png4.txt")"
+
 # ---- the reconciliation with an observed figure, on the page too
 (cd "$D" && "$V" estimate small.yaml --observed 9GB --html observed.html >obs.txt 2>&1)
 check "estimate --observed --html exits 0" $? "$(head -c 300 "$D/obs.txt")"
