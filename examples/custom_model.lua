@@ -15,13 +15,14 @@ local C = { image = 224, patch = 16, vd = 384, vlayers = 4, vheads = 6, vffn = 1
   d = 512, layers = 4, heads = 8, experts = 8, top_k = 2, effn = 1024, vocab = 32000 }
 C.patches = (C.image // C.patch) ^ 2 // 1
 
-local F = {}
+local F = { takes_text = true }
 
 function F.build(S, run, pol)
   local dt, P = run.param_dtype, { v = {}, t = {} }
   local function lin(part, name, i, o, bias)
     local tr, lo = pol(part)
-    return L.new_linear(S, i, o, bias, dt, tr(name), name, lo(name))
+    return L.new_linear(S, { label = name, inn = i, out = o, bias = bias, dt = dt,
+      trainable = tr(name), lora = lo(name) })
   end
   local function norm(n, name) return S:param(n, dt, true, name) end
   P.patch = lin("vision", "patch_embed", 3 * C.patch * C.patch, C.vd, true)
@@ -130,15 +131,16 @@ function F.forward_loss(S, P, run)
   S:set_category("logits_loss")
   local logits = L.linear(S, n, P.head, rows)
   S:drop(n)
-  local l = loss.causal_lm(S, logits, rows, C.vocab, B, T, run.loss)
+  local l = loss.causal_lm(S, logits, { batch = B, seq = T, impl = run.loss })
   S:drop(logits)
   S:set_category("activations")
   return l
 end
 
-local run = { mode = "train", batch = args.batch, seq = args.seq, param_dtype = "bf16",
-  dtype = "bf16", loss = "cross_entropy", frozen = {}, framework = "pytorch",
-  optimizer = { name = "adamw", weight_decay = 0.01, state_dtype = "fp32" } }
+-- the run table (stdlib/run.lua); its defaults: AdamW on PyTorch (CUDA),
+-- cross-entropy, nothing frozen
+local run = require("stdlib.run").new({ sim = F, batch = args.batch, seq = args.seq,
+  param_dtype = "bf16", dtype = "bf16", optimizer = { state_dtype = "fp32" } })
 local st = step.simulate(F, run)
 
 -- closed form, to check the simulator's own parameter count

@@ -141,8 +141,7 @@ function F.forward_loss(S, P, run)
     l = loss.causal_lm_shift_float(S, lg, run.batch, run.seq, P.m.vocab)
     S:drop(lg)
   else
-    l = loss.causal_lm(S, lg, run.batch * run.seq, P.m.vocab, run.batch, run.seq, run.loss,
-      opt)
+    l = loss.causal_lm(S, lg, opt)
     S:drop(lg)
   end
   S:set_category("activations")
@@ -238,8 +237,8 @@ function F.build_critic(S, run, pol)
   local m = setmetatable({ tie = true }, { __index = run.text })
   local trainable, lora = pol("llm")
   local V = decoder.build(S, m, { dt = run.param_dtype, trainable = trainable, lora = lora })
-  V.value_head = layers.new_linear(S, run.text.hidden, 1, true, run.param_dtype, true,
-    "value_head")
+  V.value_head = layers.new_linear(S, { label = "value_head", inn = run.text.hidden, out = 1,
+    bias = true, dt = run.param_dtype, trainable = true })
   return V
 end
 

@@ -443,12 +443,12 @@ function D.build(S, m, opts)
     if elo then P.embed_lora = layers.new_embedding_lora(S, m.vocab, H, elo.r, "embed_tokens") end
   end
   if m.factor then
-    P.embed_proj = layers.new_linear(S, m.factor, H, false, dt, tr("embed_tokens"),
-      "embed_proj", nil)
+    P.embed_proj = layers.new_linear(S, { label = "embed_proj", inn = m.factor, out = H,
+      dt = dt, trainable = tr("embed_tokens") })
   end
   local function lin(name, inn, out, bias)
-    return layers.new_linear(S, inn, out, bias, dt, tr(name), name, lo(name),
-      D.quant_for(quant, name))
+    return layers.new_linear(S, { label = name, inn = inn, out = out, bias = bias, dt = dt,
+      trainable = tr(name), lora = lo(name), quant = D.quant_for(quant, name) })
   end
   local function norm(name, n) return S:param(n, dt, tr(name), name) end
   local qdim, kvdim = m.heads * hd, m.kv_heads * hd
@@ -750,8 +750,8 @@ local function layer_forward(S, P, l, x, ctx, idx)
   local d, mem
   if l.moe then
     local kept
-    d, mem, kept = require("stdlib.moe").forward(S, n2, l.moe, rows, "moe", ctx.moe_impl,
-      ctx.router_logits ~= nil)
+    d, mem, kept = require("stdlib.moe").forward(S, n2, l.moe, rows, { label = "moe",
+      impl = ctx.moe_impl, keep_logits = ctx.router_logits ~= nil })
     if kept then ctx.router_logits[#ctx.router_logits + 1] = kept end
   elseif l.mlp.gate_up then -- gate_up_proj, chunk(2), act(gate) * up
     local gu = layers.linear(S, n2, l.mlp.gate_up, rows)

@@ -36,8 +36,9 @@ function F.build(S, run, pol)
   local vtr, vlo = pol("vision")
   P.vision = siglip.build(S, vm, dt, vtr, vlo)
   local ptr, plo = pol("projector")
-  P.proj = layers.new_linear(S, g.out_dim, run.text.hidden, true, dt, ptr("multi_modal_projector"),
-    "multi_modal_projector", plo("multi_modal_projector"))
+  P.proj = layers.new_linear(S, { label = "multi_modal_projector", inn = g.out_dim,
+    out = run.text.hidden, bias = true, dt = dt, trainable = ptr("multi_modal_projector"),
+    lora = plo("multi_modal_projector") })
   local ttr, tlo = pol("llm")
   P.lm = decoder.build(S, run.text, { dt = dt, trainable = ttr, lora = tlo, quant = run.quant })
   P.media = g.images -- images per sample
@@ -66,8 +67,8 @@ end
 local function vision_states(S, P, run)
   local g, B = P.g, run.batch
   local vm = P.vision.m
-  local h, kept = siglip.forward(S, P.vision, P.pixels, B * g.images, run.ckpt, run.attention,
-    false, g.local_layers)
+  local h, kept = siglip.forward(S, P.vision, P.pixels, { batch = B * g.images,
+    ckpt = run.ckpt, attention = run.attention, compose = false, keep = g.local_layers })
   local rows = B * P.vis
   -- torch.cat([final, stack(intermediate)], -1) over the unpadded patches
   local cat = S:op("vision.hidden_states_cat", rows * g.out_dim, h.dt, { h }, {}, { { h } })
@@ -122,7 +123,7 @@ function F.forward_loss(S, P, run)
   S:set_category("logits_loss")
   local logits = decoder.logits(S, P.lm, h, r)
   S:drop(h)
-  local l = loss.causal_lm(S, logits, B * T, P.lm.m.vocab, B, T, run.loss)
+  local l = loss.causal_lm(S, logits, { batch = B, seq = T, impl = run.loss })
   S:drop(logits)
   finish(S, P, rowm)
   S:set_category("activations")

@@ -89,7 +89,8 @@ function V.build(S, m, dt, tr, lo)
   P.pos = S:param(m.patches * D, dt, tr("position_embedding"), "vision.position_embedding")
   P.pos.rows = m.patches
   local function lin(name, inn, out)
-    return layers.new_linear(S, inn, out, true, dt, tr(name), name, lo(name))
+    return layers.new_linear(S, { label = name, inn = inn, out = out, bias = true, dt = dt,
+      trainable = tr(name), lora = lo(name) })
   end
   for i = 1, m.layers do
     local l = {}
@@ -133,11 +134,15 @@ local function layer_forward(S, l, x, m, batch, attention)
 end
 
 -- SiglipVisionTransformer.forward: pixel_values (fp32 input) to the
--- post-LayerNorm hidden states (batch*patches, D). keep (optional): without
--- autograd, the inputs of the first keep + 1 layers stay live and are
--- returned (a tower called with output_hidden_states=True holds its hidden
--- states until it returns; mllama's).
-function V.forward(S, P, pixels, batch, ckpt, attention, compose_ok, keep)
+-- post-LayerNorm hidden states (batch*patches, D). o: { batch (images),
+-- ckpt (checkpoint every layer), attention (eager | sdpa | flash, default
+-- eager), compose (false: simulate every layer, stdlib/compose.lua), keep
+-- (optional: without autograd, the inputs of the first keep + 1 layers stay
+-- live and are returned; a tower called with output_hidden_states=True
+-- holds its hidden states until it returns, mllama's) }.
+function V.forward(S, P, pixels, o)
+  local batch, ckpt, attention, keep = o.batch, o.ckpt, o.attention, o.keep
+  local compose_ok = o.compose
   local m = P.m
   local D = m.hidden
   local px = S:to(pixels, P.patch_w.dt, "vision.pixel_cast")
@@ -146,8 +151,8 @@ function V.forward(S, P, pixels, batch, ckpt, attention, compose_ok, keep)
     xin, w, b = S:autocast_arg(px), S:autocast_arg(w), S:autocast_arg(b)
   end
   local conv = S:new_tensor(batch * m.patches * D, w.dt, "vision.patch_embedding", S:rg(w, b))
-  local ws = layers.patch_conv_cpu_bf16(S, w.dt, batch, m.channels, m.grid_w * m.patch, m.patch,
-    D, m.patches)
+  local ws = layers.patch_conv_cpu_bf16(S, w.dt, { batch = batch, channels = m.channels,
+    image = m.grid_w * m.patch, patch = m.patch, filters = D, patches = m.patches })
   if ws then S:temp(ws.forward, "vision.patch_embedding.onednn") end
   -- the node's temporary comes after the weight and bias gradients, which the
   -- kernel allocates only once its buffers are gone
@@ -161,7 +166,7 @@ function V.forward(S, P, pixels, batch, ckpt, attention, compose_ok, keep)
   -- under autocast the conv output is in the lower precision and the position
   -- embedding (not an autocast op) in fp32: the sum is fp32
   local x = S:op("vision.embeddings_add", conv.n, S.promote(conv.dt, pos.dt), { conv, pos }, {},
-    { { conv, alias = 1 }, { pos } }, layers.mixed_dtype_temp(S, conv.dt, pos.dt, conv.n))
+    { { conv, alias = 1 }, { pos } }, { fwd = layers.mixed_dtype_temp(S, conv.dt, pos.dt, conv.n) })
   S:drop(conv, pos)
   local kept = keep and not S.grad and {} or nil
   if kept then compose_ok = false end

@@ -24,8 +24,8 @@ function F.build(S, run, pol)
   local P = siglip.build(S, m, run.param_dtype, tr, lo)
   local htr = pol("head")
   P.labels = run.vision.num_labels or 1000
-  P.classifier = layers.new_linear(S, m.hidden, P.labels, true, run.param_dtype,
-    htr("classifier"), "classifier", nil)
+  P.classifier = layers.new_linear(S, { label = "classifier", inn = m.hidden, out = P.labels,
+    bias = true, dt = run.param_dtype, trainable = htr("classifier") })
   return P
 end
 
@@ -41,7 +41,7 @@ end
 
 local function logits(S, P, run)
   local B, m = run.batch, P.m
-  local h = siglip.forward(S, P, P.pixels, B, run.ckpt, nil, run.compose)
+  local h = siglip.forward(S, P, P.pixels, { batch = B, ckpt = run.ckpt, compose = run.compose })
   local pooled = S:op("vision.mean_pool", B * m.hidden, h.dt, { h }, {}, { { h } })
   S:drop(h)
   local lg = layers.linear(S, pooled, P.classifier, B)

@@ -105,13 +105,15 @@ function F.build(S, run, pol)
   local H = run.text.hidden
   P.xattn = run.text.cross_layers ~= nil
   if P.xattn then -- MllamaForConditionalGeneration's multi_modal_projector
-    P.proj = layers.new_linear(S, vm.hidden * f * f, H, true, dt, ptr("multi_modal_projector"),
-      "multi_modal_projector", plo("multi_modal_projector"))
+    P.proj = layers.new_linear(S, { label = "multi_modal_projector", inn = vm.hidden * f * f,
+      out = H, bias = true, dt = dt, trainable = ptr("multi_modal_projector"),
+      lora = plo("multi_modal_projector") })
   else
     P.proj = {
-      fc1 = layers.new_linear(S, vm.hidden * f * f, H, bias, dt, ptr("linear_1"), "linear_1",
-        plo("linear_1")),
-      fc2 = layers.new_linear(S, H, H, bias, dt, ptr("linear_2"), "linear_2", plo("linear_2")),
+      fc1 = layers.new_linear(S, { label = "linear_1", inn = vm.hidden * f * f, out = H,
+        bias = bias, dt = dt, trainable = ptr("linear_1"), lora = plo("linear_1") }),
+      fc2 = layers.new_linear(S, { label = "linear_2", inn = H, out = H, bias = bias, dt = dt,
+        trainable = ptr("linear_2"), lora = plo("linear_2") }),
     }
   end
   -- DeepStack (Qwen3-VL): extra mergers whose outputs join the first LLM
@@ -119,10 +121,10 @@ function F.build(S, run, pol)
   P.deepstack = {}
   for i = 1, cfg.deepstack or 0 do
     P.deepstack[i] = {
-      fc1 = layers.new_linear(S, vm.hidden * f * f, vm.hidden * f * f, bias, dt,
-        ptr("deepstack"), "deepstack.fc1", nil),
-      fc2 = layers.new_linear(S, vm.hidden * f * f, H, bias, dt, ptr("deepstack"),
-        "deepstack.fc2", nil) }
+      fc1 = layers.new_linear(S, { label = "deepstack.fc1", inn = vm.hidden * f * f,
+        out = vm.hidden * f * f, bias = bias, dt = dt, trainable = ptr("deepstack") }),
+      fc2 = layers.new_linear(S, { label = "deepstack.fc2", inn = vm.hidden * f * f, out = H,
+        bias = bias, dt = dt, trainable = ptr("deepstack") }) }
   end
   local ttr, tlo = pol("llm")
   -- a quantized checkpoint quantizes the language model's projections (the
@@ -150,8 +152,8 @@ end
 -- vision tower, pixel shuffle (two reshape copies), projector
 local function image_features(S, P, run)
   local B = run.batch
-  local h = siglip.forward(S, P.vision, P.pixels, B * P.images, run.ckpt, run.attention,
-    run.compose)
+  local h = siglip.forward(S, P.vision, P.pixels, { batch = B * P.images, ckpt = run.ckpt,
+    attention = run.attention, compose = run.compose })
   if P.f > 1 then
     for i = 1, 2 do
       local c = S:op("pixel_shuffle.reshape", h.n, h.dt, { h }, {}, { { h } })
@@ -229,7 +231,7 @@ function F.forward_loss(S, P, run)
   S:set_category("logits_loss")
   local logits = decoder.logits(S, P.lm, h, r)
   S:drop(h)
-  local l = loss.causal_lm(S, logits, B * seq, P.lm.m.vocab, B, seq, run.loss, opt)
+  local l = loss.causal_lm(S, logits, opt)
   S:drop(logits, labels)
   release(S, P)
   S:set_category("activations")

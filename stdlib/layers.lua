@@ -37,15 +37,19 @@ local mixed = L.mixed_dtype_temp
 -- adapter output before the add (peft/tuners/lora/bnb.py Linear4bit).
 local BNB4 = { nf4 = true, nf4_dq = true }
 L.BNB4 = BNB4
-function L.new_linear(S, inn, out, bias, dt, trainable, label, lora, quant)
-  if quant and quant.te then return L.new_te_linear(S, inn, out, bias, dt, trainable, label,
-    lora, quant.te) end
+-- nn.Linear(inn, out) as the parameters it creates. o: { label, inn, out,
+-- dt (the parameter dtype), bias (default false), trainable (default false),
+-- lora ({ r } from the run's policy), quant (run.quant, see above) }.
+function L.new_linear(S, o)
+  local inn, out, dt, label, quant = o.inn, o.out, o.dt, o.label, o.quant
+  if quant and quant.te then return L.new_te_linear(S, o, quant.te) end
+  local trainable = o.trainable
   local lin = { inn = inn, out = out, label = label }
   local packed = quant and not quant.master
   local bytes = quant and quant.ckpt
     and require("stdlib.quant").weight_bytes(S, quant.ckpt, out, inn, label) or nil
   lin.w = S:param(inn * out, packed and quant.store or dt, trainable, label,
-    quant and quant.master and "master_weights" or nil, bytes)
+    { cat = quant and quant.master and "master_weights" or nil, bytes = bytes })
   lin.w.rows = out
   if quant and (not quant.ckpt or quant.dequant) then
     lin.dequant = S:bytes(quant.compute, inn * out)
@@ -59,8 +63,8 @@ function L.new_linear(S, inn, out, bias, dt, trainable, label, lora, quant)
       S.tape:alloc(S:bytes(quant.store, inn * out), "weights", label .. ".packed_forward")
     end
   end
-  if bias then lin.b = S:param(out, dt, trainable, label .. ".bias") end
-  if lora then lin.lora = L.new_lora(S, inn, out, lora.r, label) end
+  if o.bias then lin.b = S:param(out, dt, trainable, label .. ".bias") end
+  if o.lora then lin.lora = L.new_lora(S, inn, out, o.lora.r, label) end
   return lin
 end
 
@@ -68,14 +72,15 @@ end
 -- sources): the parameter in the model dtype, and per module the
 -- DelayedScaling state, fp32 scale[n] and amax_history[len, n] for n = 3
 -- forward and 2 backward quantizers, each its own tensor.
-function L.new_te_linear(S, inn, out, bias, dt, trainable, label, lora, te)
-  if lora then
+function L.new_te_linear(S, o, te)
+  local inn, out, dt, trainable, label = o.inn, o.out, o.dt, o.trainable, o.label
+  if o.lora then
     errors.input(nil, "run.lora", "LoRA over a TransformerEngine te.Linear is not modelled")
   end
   local lin = { inn = inn, out = out, label = label, te = te }
   lin.w = S:param(inn * out, dt, trainable, label)
   lin.w.rows = out
-  if bias then lin.b = S:param(out, dt, trainable, label .. ".bias") end
+  if o.bias then lin.b = S:param(out, dt, trainable, label .. ".bias") end
   for _, n in ipairs({ te.fwd_tensors, te.bwd_tensors }) do
     S.tape:alloc(S:bytes(FP32, n), "buffers", label .. ".fp8_scale")
     S.tape:alloc(S:bytes(FP32, vram.mul(te.amax_history_len, n)), "buffers",
@@ -215,7 +220,7 @@ function L.lora_add(S, base, bb, label, cast_first)
   end
   local sum_dt = S.promote(base.dt, scaled.dt)
   local sum = S:op(label .. ".lora_add", base.n, sum_dt, { base, scaled }, {},
-    { { base, alias = 1 }, { scaled, alias = 1 } }, mixed(S, base.dt, scaled.dt, base.n))
+    { { base, alias = 1 }, { scaled, alias = 1 } }, { fwd = mixed(S, base.dt, scaled.dt, base.n) })
   local base_dt = base.dt
   S:drop(base, scaled)
   local res = S:to(sum, base_dt, label .. ".lora_cast_back")
@@ -227,7 +232,7 @@ end
 -- weight. Returns the fp32 product (rows x dim).
 local function rms_normalized(S, x, rows, label)
   local h = S:to(x, FP32, label .. ".to_fp32")
-  local p = S:op(label .. ".pow", h.n, FP32, { h }, { h }, { { h } }, nil, 2 * h.b)
+  local p = S:op(label .. ".pow", h.n, FP32, { h }, { h }, { { h } }, { bwd = 2 * h.b })
   local var = S:op(label .. ".mean", rows, FP32, { p }, {}, { { p } })
   S:drop(p)
   local v2 = S:op(label .. ".add_eps", rows, FP32, { var }, {}, { { var, alias = 1 } })
@@ -317,13 +322,14 @@ end
 -- apply_rotary_pos_emb for one of q/k: (x*cos) + (rotate_half(x)*sin).
 function L.rope(S, x, cos, sin, label)
   local dt = S.promote(x.dt, cos.dt)
-  local a = S:op(label .. ".mul_cos", x.n, dt, { x }, { cos }, { { x } }, mixed(S, x.dt, cos.dt, x.n))
+  local a = S:op(label .. ".mul_cos", x.n, dt, { x }, { cos }, { { x } },
+    { fwd = mixed(S, x.dt, cos.dt, x.n) })
   -- rotate_half: cat(-x2, x1); -x2 is a half-size transient. Backward sends
   -- two zero-padded full-size slice gradients to x.
-  local rot = S:op(label .. ".rotate_half", x.n, x.dt, { x }, {}, { { x }, { x } }, x.b // 2,
-    x.b // 2)
+  local rot = S:op(label .. ".rotate_half", x.n, x.dt, { x }, {}, { { x }, { x } },
+    { fwd = x.b // 2, bwd = x.b // 2 })
   local b = S:op(label .. ".mul_sin", x.n, dt, { rot }, { sin }, { { rot } },
-    mixed(S, rot.dt, sin.dt, x.n))
+    { fwd = mixed(S, rot.dt, sin.dt, x.n) })
   S:drop(rot)
   local out = S:op(label .. ".add", x.n, dt, { a, b }, {},
     { { a, alias = 1 }, { b, alias = 1 } })
@@ -420,7 +426,7 @@ function L.eager_attention(S, q, k, v, mask, a, label)
   end
   if mask then
     local masked = S:op(label .. ".mask", scaled.n, S.promote(scaled.dt, mask.dt), { scaled }, {},
-      { { scaled, alias = 1 } }, mixed(S, scaled.dt, mask.dt, scaled.n))
+      { { scaled, alias = 1 } }, { fwd = mixed(S, scaled.dt, mask.dt, scaled.n) })
     S:drop(scaled)
     scaled = masked
   end
@@ -518,11 +524,12 @@ function L.add(S, a, b, label)
   -- tensor); the others share the output's gradient
   local function edge(x) return x.dt == dt and { x, alias = 1 } or { x } end
   return S:op(label, a.n, dt, { a, b }, {}, { edge(a), edge(b) },
-    mixed(S, a.dt, b.dt, math.min(a.n, b.n)))
+    { fwd = mixed(S, a.dt, b.dt, math.min(a.n, b.n)) })
 end
 
--- A patch-embedding Conv2d (kernel = stride = P, C channels, S x S image,
--- D filters, N patches, batch B) computed in bf16 on CPU goes through
+-- A patch-embedding Conv2d (c: kernel = stride = patch P, channels C, an
+-- image x image picture S, filters D, patches N, batch B) computed in bf16
+-- on CPU goes through
 -- oneDNN, whose buffers come back as tensors. Fitted to torch 1.13 CPU
 -- traces of such convs (B 1/2/4, D 192/384, P 14/16, S 160/224), to the
 -- byte except the forward's last ~25 KB; C is padded to 16 channels:
@@ -531,8 +538,9 @@ end
 -- the output gradient and a reordered one, an image-sized input gradient,
 -- fp32 blocked weight gradients D*16*P*P*4, and a scratchpad of
 -- D*(16*P*P + N + 1)*4 + 2048*S*P + 8832 bytes. nil when not on CPU in bf16.
-function L.patch_conv_cpu_bf16(S, dt, B, C, img, P, D, N)
+function L.patch_conv_cpu_bf16(S, dt, c)
   if not S.cpu or dt ~= "bf16" then return nil end
+  local B, C, img, P, D, N = c.batch, c.channels, c.image, c.patch, c.filters, c.patches
   local c16 = (C + 15) // 16 * 16
   local image, weight, out = B * C * img * img * 2, D * C * P * P * 2, B * D * N * 2
   return {
@@ -552,8 +560,8 @@ end
 function L.embedding(S, w, rows, dim, label, tied)
   local sum = tied and S.sum_out_of_place and w.rg and S.grad
     and w.b - S:bytes(w.dt, rows * dim) or nil
-  return S:op(label, rows * dim, w.dt, { w }, {}, { { w } }, nil,
-    sum and sum > 0 and sum or nil)
+  return S:op(label, rows * dim, w.dt, { w }, {}, { { w } },
+    { bwd = sum and sum > 0 and sum or nil })
 end
 
 return L

@@ -2,19 +2,20 @@
 local L = {}
 local layers = require("stdlib.layers")
 
--- logits: (rows, V) in the model dtype. Returns the scalar loss tensor.
--- impl: "cross_entropy" | "one_hot" (seed 000's log_softmax * one_hot).
--- opt.upcast == false: no logits.float(), the log-softmax in the logits'
--- dtype. opt.count: L.num_items's tensor (fixed_cross_entropy: reduction
+-- logits: (batch * seq, vocab) in the model dtype. Returns the scalar loss
+-- tensor. o (L.logits_options): { batch, seq, impl = "cross_entropy" |
+-- "one_hot" (seed 000's log_softmax * one_hot), upcast, count }.
+-- o.upcast == false: no logits.float(), the log-softmax in the logits'
+-- dtype. o.count: L.num_items's tensor (fixed_cross_entropy: reduction
 -- "sum", then divided by it); the loss takes it over.
-function L.causal_lm(S, logits, rows, vocab, batch, seq, impl, opt)
-  opt = opt or {}
+function L.causal_lm(S, logits, o)
   if S.jit and S.jit.fused_loss then
-    S:drop(opt.count)
+    S:drop(o.count)
     return L.fused_xla(S, logits)
   end
-  local count = opt.count
-  local lf = opt.upcast == false and S:view(logits) or S:to(logits, "fp32", "loss.logits_float")
+  local batch, seq, impl, count = o.batch, o.seq, o.impl, o.count
+  local rows = batch * seq
+  local lf = o.upcast == false and S:view(logits) or S:to(logits, "fp32", "loss.logits_float")
   -- labels padded by one and shifted; the logits are not sliced
   local padded = S:new_tensor(batch * (seq + 1), "int64", "loss.pad_labels", false)
   local shift = S:new_tensor(batch * seq, "int64", "loss.shift_labels", false)
@@ -75,7 +76,8 @@ function L.fused_xla(S, logits)
   return loss
 end
 
--- The options of L.causal_lm a run asks for; call before the forward (the
+-- The options of L.causal_lm a run asks for (batch and seq: the rows the
+-- loss sees, a VLM's image tokens included); call before the forward (the
 -- Trainer counts num_items_in_batch first: labels.ne(-100), a bool
 -- temporary, summed into an int64 scalar). A family that computes its loss
 -- from logits refuses the losses that take the hidden states.
@@ -89,7 +91,7 @@ function L.logits_options(S, run, batch, seq)
     S:temp(S:bytes("uint8", batch * seq), "loss.num_items_mask")
     count = S:new_tensor(1, "int64", "loss.num_items_in_batch", false)
   end
-  return { upcast = run.loss_upcast, count = count }
+  return { batch = batch, seq = seq, impl = run.loss, upcast = run.loss_upcast, count = count }
 end
 
 -- A tensor that shares another's storage and holds no bytes of its own on

@@ -54,10 +54,21 @@ function M.build(S, o, H, opts)
   local qf = opts.quant_for or function() return opts.quant end
   local quant = qf(opts.quant, "gate_proj", "experts")
   local shared_quant = qf(opts.quant, "gate_proj", "mlp")
+  -- one SwiGLU MLP of width I (an expert, the shared expert)
+  local function mlp(width, q)
+    local function lin(name, inn, out)
+      return layers.new_linear(S, { label = name, inn = inn, out = out, dt = dt,
+        trainable = tr(name), lora = lo(name), quant = q })
+    end
+    local gate = lin("gate_proj", H, width)
+    local up = lin("up_proj", H, width)
+    return { gate = gate, up = up, down = lin("down_proj", width, H) }
+  end
   local B = { o = o, hidden = H }
   -- the router: Linear(H, E) (gpt-oss with a bias); DeepSeek's is a bare
   -- weight, the same bytes
-  B.router = layers.new_linear(S, H, o.experts, o.router_bias, dt, tr("router"), "router")
+  B.router = layers.new_linear(S, { label = "router", inn = H, out = o.experts,
+    bias = o.router_bias, dt = dt, trainable = tr("router") })
   if o.score_bias then -- DeepSeek-V3 e_score_correction_bias: an fp32 buffer
     S.tape:alloc(S:bytes(FP32, o.experts), "buffers", "router.e_score_correction_bias")
   end
@@ -72,12 +83,12 @@ function M.build(S, o, H, opts)
     local ck = quant and quant.ckpt
     local Qm = ck and require("stdlib.quant")
     B.gate_up = S:param(E * H * 2 * I, ck and quant.store or dt, tr("experts"),
-      "experts.gate_up_proj", nil,
-      ck and Qm.weight_bytes(S, ck, E * 2 * I, H, "experts.gate_up_proj") or nil)
+      "experts.gate_up_proj",
+      { bytes = ck and Qm.weight_bytes(S, ck, E * 2 * I, H, "experts.gate_up_proj") or nil })
     B.gate_up.rows = E * 2 * I
     B.down = S:param(E * I * H, ck and quant.store or dt, tr("experts"),
-      "experts.down_proj", nil,
-      ck and Qm.weight_bytes(S, ck, E * H, I, "experts.down_proj") or nil)
+      "experts.down_proj",
+      { bytes = ck and Qm.weight_bytes(S, ck, E * H, I, "experts.down_proj") or nil })
     B.down.rows = E * H
     if o.expert_bias then
       B.gate_up_b = S:param(E * 2 * I, dt, tr("experts"), "experts.gate_up_proj_bias")
@@ -85,28 +96,13 @@ function M.build(S, o, H, opts)
     end
   else
     B.experts = {}
-    for e = 1, o.experts do
-      B.experts[e] = {
-        gate = layers.new_linear(S, H, I, false, dt, tr("gate_proj"), "gate_proj", lo("gate_proj"),
-          quant),
-        up = layers.new_linear(S, H, I, false, dt, tr("up_proj"), "up_proj", lo("up_proj"), quant),
-        down = layers.new_linear(S, I, H, false, dt, tr("down_proj"), "down_proj", lo("down_proj"),
-          quant),
-      }
-    end
+    for e = 1, o.experts do B.experts[e] = mlp(I, quant) end
   end
   if o.shared_inter then
-    B.shared = {
-      gate = layers.new_linear(S, H, o.shared_inter, false, dt, tr("gate_proj"), "gate_proj",
-        lo("gate_proj"), shared_quant),
-      up = layers.new_linear(S, H, o.shared_inter, false, dt, tr("up_proj"), "up_proj",
-        lo("up_proj"), shared_quant),
-      down = layers.new_linear(S, o.shared_inter, H, false, dt, tr("down_proj"), "down_proj",
-        lo("down_proj"), shared_quant),
-    }
+    B.shared = mlp(o.shared_inter, shared_quant)
     if o.shared_gate then
-      B.shared_gate = layers.new_linear(S, H, 1, false, dt, tr("shared_expert_gate"),
-        "shared_expert_gate")
+      B.shared_gate = layers.new_linear(S, { label = "shared_expert_gate", inn = H, out = 1,
+        dt = dt, trainable = tr("shared_expert_gate") })
     end
   end
   return B
@@ -324,9 +320,11 @@ local function dense(S, x, B, w, rows, label)
   return out
 end
 
--- The whole block on x (rows, H). Returns the output (rows, H) and the
--- router logits when the run keeps them for the auxiliary loss.
-function M.forward(S, x, B, rows, label, impl, keep_logits)
+-- The whole block on x (rows, H). o: { label, impl (loop | grouped |
+-- dense), keep_logits }. Returns the output (rows, H) and the router logits
+-- when the run keeps them for the auxiliary loss.
+function M.forward(S, x, B, rows, o)
+  local label, impl, keep_logits = o.label, o.impl, o.keep_logits
   local o = B.o
   local w, idx, logits = route(S, x, B, rows, label)
   local out, mem

@@ -73,13 +73,14 @@ function Sim:new_tensor(n, dt, label, rg, cat)
            rg = rg and self.grad or false }
 end
 
--- bytes: what the parameter holds when it is not n elements of dt (a
--- quantized checkpoint's weight with its scales, stdlib/quant.lua).
+-- A parameter of n elements of dt. o (optional): { cat (default weights),
+-- bytes: what it holds when it is not n elements of dt (a quantized
+-- checkpoint's weight with its scales, stdlib/quant.lua) }.
 -- While the load phase runs (stdlib/load.lua), each parameter's arrival
 -- transient follows it (self.on_load).
-function Sim:param(n, dt, trainable, label, cat, bytes)
-  local b = self.params_on_tape and (bytes or self:bytes(dt, n)) or 0
-  local p = { id = self.tape:param(b, cat or "weights", label), n = n, dt = dt, b = b,
+function Sim:param(n, dt, trainable, label, o)
+  local b = self.params_on_tape and (o and o.bytes or self:bytes(dt, n)) or 0
+  local p = { id = self.tape:param(b, o and o.cat or "weights", label), n = n, dt = dt, b = b,
               rg = trainable and true or false, param = true }
   self.params[#self.params + 1] = p
   if self.on_load and b > 0 then self.on_load(p) end
@@ -94,7 +95,7 @@ function Sim:adapter_param(n, dt, label)
   if not self.on_load then return self:param(n, dt, true, label) end
   local on_load = self.on_load
   self.on_load = nil
-  local p = self:param(n, dt, true, label, nil, 0)
+  local p = self:param(n, dt, true, label, { bytes = 0 })
   self.on_load = on_load
   p.b = self.params_on_tape and self:bytes(dt, n) or 0
   self.adapters_later = self.adapters_later or {}
@@ -155,11 +156,15 @@ function Sim:rg(...)
   return false
 end
 
--- out = f(inputs) as a new tensor; the common case of every op.
-function Sim:op(label, n, dt, ins, saved, edges, temp_fwd, temp_bwd)
+-- out = f(inputs) as a new tensor; the common case of every op. saved and
+-- edges as in Sim:node. temps (optional): { fwd = bytes the forward
+-- allocates and frees, bwd = bytes the backward does } (a cast copy of a
+-- mixed-dtype operand, a kernel's scratch).
+function Sim:op(label, n, dt, ins, saved, edges, temps)
   local out = self:new_tensor(n, dt, label, self:rg(table.unpack(ins)))
-  if temp_fwd and temp_fwd > 0 then self:temp(temp_fwd, label) end
-  if out.rg then self:node(label, saved, edges, { out }, temp_bwd) end
+  local fwd = temps and temps.fwd
+  if fwd and fwd > 0 then self:temp(fwd, label) end
+  if out.rg then self:node(label, saved, edges, { out }, temps and temps.bwd) end
   return out
 end
 

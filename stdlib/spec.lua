@@ -217,7 +217,6 @@ local function read_checkpointing(run, rd, where)
   return ckpt == "full", every, nil
 end
 
--- run.loss: an implementation name or { impl, chunk_rows }.
 -- run.loss (stdlib/loss.lua): the implementation and its options; sets the
 -- run's loss fields in f. upcast and num_items_in_batch change Hugging
 -- Face's cross-entropy only (the other losses fix their own dtype and

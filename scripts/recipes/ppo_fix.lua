@@ -80,7 +80,10 @@ local function update_module(k, n_img, seq)
     local trainable = pol("vision")
     for _, m in ipairs(VISION) do
       if m.n then S:param(m.n, run.param_dtype, trainable(m[1]), m[1])
-      else layers.new_linear(S, m[2], m[3], m[4], run.param_dtype, trainable(m[1]), m[1]) end
+      else
+        layers.new_linear(S, { label = m[1], inn = m[2], out = m[3], bias = m[4],
+          dt = run.param_dtype, trainable = trainable(m[1]) })
+      end
     end
     return P
   end

@@ -204,6 +204,9 @@ t "doctor refuses a CPU host"            1 "cpu-only" '"$V" doctor "$D/spec.yaml
 t "doctor holds an Apple GPU to its working set" 1 "the device lets a step use 12.00 GiB of 16.00 GiB" \
   '"$V" doctor "$D/spec.yaml" --gpu m2-16gb'
 t "recipes run from any directory"       0 "Qwen2.5-1.5B-Instruct" '"$V" run recipes/quickstart.lua'
+# the example of a model outside models/ (its own closed-form parameter
+# count is asserted inside it)
+t "the custom model example runs"        0 "TinyMoE-VL: 8 experts" '"$V" run examples/custom_model.lua'
 # a shared budget script travels as a folder: its require("team") resolves
 # beside the script wherever the folder is copied
 cp -r "$(dirname "$V")/../examples/shared" "$D/received"

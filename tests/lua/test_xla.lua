@@ -40,7 +40,7 @@ function tests.a_jitted_loss_keeps_the_logits_and_one_gradient_of_them()
     local S = step.new_sim({ framework = fw })
     local w = S:param(n, "fp32", true, "w")
     local logits = S:op("head", n, "fp32", { w }, {}, { { w } })
-    local l = loss.causal_lm(S, logits, B * Tn, V, B, Tn, impl)
+    local l = loss.causal_lm(S, logits, { batch = B, seq = Tn, impl = impl })
     S:drop(logits)
     S.tape:backward(l.id)
     return S.tape:stats().peak
