@@ -1,5 +1,6 @@
 -- A decoder-only causal LM as a simulator family (text in, logits/loss out).
 local decoder = require("models.decoder")
+local registry = require("models.registry")
 local layers = require("stdlib.layers")
 local loss = require("stdlib.loss")
 local moe = require("stdlib.moe")
@@ -14,14 +15,11 @@ function F.case(cfg, where)
 end
 
 -- Whether a measured case's text config is an architecture the simulator
--- models: one of the decoder's variants, without mllama's cross-attention
--- layers.
+-- models: a decoder the registry describes, without mllama's
+-- cross-attention layers.
 function F.supports(cfg)
-  local mt = cfg.model_type or "llama"
-  for _, known in ipairs(decoder.families) do
-    if known == mt then return not cfg.cross_attention_layers end
-  end
-  return false
+  if not registry.decoder(cfg.model_type or "llama") then return false end
+  return not cfg.cross_attention_layers
 end
 
 -- How the experts of an MoE run: what the run asks for, else what

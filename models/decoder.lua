@@ -1,15 +1,17 @@
--- Decoder-only transformers: Llama, Mistral, Qwen2/2.5 (q/k/v bias), Qwen3
--- (q_norm/k_norm per head). Parameter counts and the eager forward pass, as
--- transformers' modeling_{llama,mistral,qwen2,qwen3}.py define them.
+-- Decoder-only transformers, the block every decoder family shares: the
+-- config reader, parameter counts and the eager forward pass, as
+-- transformers' modeling_<model_type>.py define them. What one model_type
+-- does differently (its variant: biases, norms, MoE, MLA, sliding windows)
+-- is in its family module (models/decoder_lm.lua lists the fields), found
+-- through models/registry.lua.
 local vram = require("vram")
 local layers = require("stdlib.layers")
 local cfgutil = require("stdlib.config")
 local compose = require("stdlib.compose")
 local errors = require("stdlib.errors")
+local registry = require("models.registry")
 
-local D = { families = { "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text",
-  "olmo2", "olmo3", "glm", "glm4", "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "deepseek_v2",
-  "deepseek_v3", "gpt_oss" } }
+local D = {}
 
 -- Config keys that change the parameter count or the shapes of a decoder.
 -- A variant lists those it reads (`models`); any other one present with a
@@ -21,210 +23,35 @@ D.COUNT_KEYS = { "num_local_experts", "num_experts", "n_routed_experts", "moe_in
   "num_nextn_predict_layers", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
   "use_factorized_embeddings", "factorization_dim" }
 
+-- Factorized embeddings (read below for every variant that lists them).
+D.FACTOR_KEYS = { "use_factorized_embeddings", "factorization_dim" }
+
 local function benign(v)
   return v == nil or v == false or v == 0 or (type(v) == "table" and next(v) == nil)
 end
 
-local MOE_KEYS = { "num_experts", "num_experts_per_tok", "moe_intermediate_size",
-  "decoder_sparse_step", "mlp_only_layers" }
-local FACTOR = { "use_factorized_embeddings", "factorization_dim" }
-
--- Per model_type: HF config-class defaults for keys a file may leave out,
--- the count keys it models, and `read(c, m)` for what is particular to it.
--- Each follows transformers' modeling_<model_type>.py.
-local V = {}
-
-V.llama = { models = FACTOR, read = function(c, m)
-  m.qkv_bias = c:bool("attention_bias", false)
-  m.o_bias = m.qkv_bias
-end }
-V.mistral = V.llama
--- Yxanul (models/yxanul.lua counts it): Llama layers, factorized embeddings
-V.yxanul = V.llama
-V.qwen2 = { models = FACTOR, read = function(c, m) m.qkv_bias, m.o_bias = true, false end }
-V.qwen3 = { models = FACTOR, read = function(c, m)
-  V.llama.read(c, m)
-  m.qk_norm = c:bool("qk_norm", true) and "head" or nil
-end }
--- Phi-3/3.5/4: fused qkv_proj and gate_up_proj, no biases
-V.phi3 = { tie = false, read = function(c, m) m.fused_qkv, m.fused_gate_up = true, true end }
--- Gemma (1): (1 + w) fp32 RMSNorm, sqrt(H) embedding scale, tied head
-V.gemma = { tie = true, head_dim = 256, read = function(c, m)
-  m.norm_kind, m.embed_scale = "gemma", true
-  m.qkv_bias = c:bool("attention_bias", false)
-  m.o_bias = m.qkv_bias
-end }
--- Gemma 2: four norms per layer (sandwich), (1 + w) fp32 RMSNorm, sqrt(H)
--- embedding scale, tanh soft-capping of attention scores and final logits
-V.gemma2 = { tie = true, head_dim = 256,
-  sliding = function(_, i) return i % 2 == 0 end, -- Gemma2: not bool(layer_idx % 2)
-  read = function(c, m)
-  m.norms, m.norm_kind, m.embed_scale = "sandwich", "gemma", true
-  m.qkv_bias = c:bool("attention_bias", false)
-  m.o_bias = m.qkv_bias
-  -- (a cap of 0 or null means none; absent is the class default)
-  local fc, ac = c:num("final_logit_softcapping", 30.0), c:num("attn_logit_softcapping", 50.0)
-  m.final_softcap = fc > 0 and fc or nil
-  m.attn_softcap = ac > 0 and ac or nil
-  m.sliding_window = c:int("sliding_window", 4096, true)
-end }
--- Gemma 3 text: Gemma 2 plus q_norm/k_norm per head, no soft-capping by
--- default, a 262k vocabulary
-V.gemma3_text = { tie = true, head_dim = 256,
-  sliding = function(c, i) return (i + 1) % c:int("sliding_window_pattern", 6) ~= 0 end,
-  read = function(c, m)
-  m.norms, m.norm_kind, m.embed_scale = "sandwich", "gemma", true
-  m.qkv_bias = c:bool("attention_bias", false)
-  m.o_bias = m.qkv_bias
-  m.qk_norm = "head"
-  m.final_softcap = c:num("final_logit_softcapping", nil)
-  m.attn_softcap = c:num("attn_logit_softcapping", nil)
-  m.sliding_window = c:int("sliding_window", 4096, true)
-end }
--- OLMo 2/3: no pre-norms; RMSNorm after attention and after the MLP, and
--- q_norm/k_norm over the whole projection (heads x head_dim)
-V.olmo2 = { tie = false, read = function(c, m)
-  m.norms, m.norm_kind, m.qk_norm = "post", "fp32_weight", "full"
-  m.qkv_bias = c:bool("attention_bias", false)
-  m.o_bias = m.qkv_bias
-end }
-V.olmo3 = { tie = false, sliding = function(_, i) return (i + 1) % 4 ~= 0 end,
-  read = function(c, m)
-  V.olmo2.read(c, m)
-  m.sliding_window = c:int("sliding_window", 4096, true)
-end }
--- GLM-4 (-hf): q/k/v bias, fused gate_up_proj; glm4 adds post-attention and
--- post-MLP norms (four per layer)
-V.glm = { tie = false, head_dim = 128, read = function(c, m)
-  m.qkv_bias, m.o_bias = c:bool("attention_bias", true), false
-  m.fused_gate_up = true
-end }
-V.glm4 = { tie = false, head_dim = 128, read = function(c, m)
-  V.glm.read(c, m)
-  m.norms = "sandwich"
-end }
-
--- MoE layers of Qwen2-MoE / Qwen3-MoE: (i+1) % decoder_sparse_step == 0
--- and i not in mlp_only_layers.
-local function qwen_moe_layers(c, m)
-  local step = c:int("decoder_sparse_step", 1)
-  local only = c:raw("mlp_only_layers") or {}
-  if type(only) ~= "table" then c:fail("mlp_only_layers", "must be a list of layer indices") end
-  local dense = {}
-  for i, v in ipairs(only) do
-    if math.type(v) ~= "integer" or v < 0 then
-      c:fail("mlp_only_layers[" .. i .. "]", "must be a layer index >= 0, got " .. tostring(v))
-    end
-    dense[v] = true
-  end
-  local out = {}
-  for i = 0, m.layers - 1 do out[i + 1] = not dense[i] and (i + 1) % step == 0 end
-  return out
-end
-
-V.mixtral = { tie = false, models = { "num_local_experts" }, read = function(c, m)
-  m.moe = { experts = c:int("num_local_experts", 8), top_k = c:int("num_experts_per_tok", 2),
-    inter = m.intermediate, norm_topk = true }
-  m.moe_layers = "all"
-  m.aux_loss = c:bool("output_router_logits", false)
-end }
-V.qwen2_moe = { tie = false, models = { "num_experts", "moe_intermediate_size",
-  "shared_expert_intermediate_size", "decoder_sparse_step", "mlp_only_layers" },
-  read = function(c, m)
-  m.qkv_bias, m.o_bias = c:bool("qkv_bias", true), false
-  m.moe = { experts = c:int("num_experts", 60), top_k = c:int("num_experts_per_tok", 4),
-    inter = c:int("moe_intermediate_size", 1408),
-    shared_inter = c:int("shared_expert_intermediate_size", 5632, false, 0),
-    shared_gate = true, norm_topk = c:bool("norm_topk_prob", false) }
-  if m.moe.shared_inter == 0 then m.moe.shared_inter, m.moe.shared_gate = nil, nil end
-  m.moe_layers = qwen_moe_layers(c, m)
-  m.aux_loss = c:bool("output_router_logits", false)
-end }
-V.qwen3_moe = { tie = false, models = MOE_KEYS, read = function(c, m)
-  V.qwen3.read(c, m)
-  m.moe = { experts = c:int("num_experts", 128), top_k = c:int("num_experts_per_tok", 8),
-    inter = c:int("moe_intermediate_size", 768), norm_topk = c:bool("norm_topk_prob", false) }
-  m.moe_layers = qwen_moe_layers(c, m)
-  m.aux_loss = c:bool("output_router_logits", false)
-end }
--- OLMoE: q_norm/k_norm over the whole projection, experts of
--- intermediate_size, pre-norm layers
-V.olmoe = { tie = false, models = { "num_experts" }, read = function(c, m)
-  m.qk_norm = "full"
-  m.qkv_bias = c:bool("attention_bias", false)
-  m.o_bias = m.qkv_bias
-  m.moe = { experts = c:int("num_experts", 64), top_k = c:int("num_experts_per_tok", 8),
-    inter = m.intermediate, norm_topk = c:bool("norm_topk_prob", false) }
-  m.moe_layers = "all"
-  m.aux_loss = c:bool("output_router_logits", false)
-end }
--- DeepSeek-V2/V3: multi-head latent attention (q_lora_rank absent or null:
--- a plain q_proj), dense MLPs in the first first_k_dense_replace layers,
--- shared experts, fp32 routing. V3's multi-token-prediction layers
--- (num_nextn_predict_layers) are in the checkpoint but transformers does not
--- load them: not counted, reported as a note.
-local function deepseek(c, m, v3)
-  m.qkv_bias = c:bool("attention_bias", false)
-  m.o_bias = m.qkv_bias
-  m.mla = { q_lora = c:int("q_lora_rank", nil, true), kv_lora = c:int("kv_lora_rank"),
-    nope = c:int("qk_nope_head_dim"), rope = c:int("qk_rope_head_dim"),
-    v_dim = c:int("v_head_dim") }
-  m.head_dim = m.mla.nope + m.mla.rope
-  local routed = c:int("n_routed_experts", nil, true)
-  m.moe = { experts = routed, top_k = c:int("num_experts_per_tok", routed and nil or 1),
-    inter = c:int("moe_intermediate_size"), norm_topk = c:bool("norm_topk_prob", v3),
-    router_fp32 = true, weights_dtype = "fp32", acc_fp32 = true,
-    scaling = c:num("routed_scaling_factor", 1.0) ~= 1.0, score_bias = v3 }
-  local shared = c:int("n_shared_experts", nil, true, 0)
-  if shared and shared > 0 then m.moe.shared_inter = vram.mul(shared, m.moe.inter) end
-  local first = c:int("first_k_dense_replace", 0, false, 0)
-  local freq = c:int("moe_layer_freq", 1)
-  m.moe_layers = {}
-  for i = 0, m.layers - 1 do
-    m.moe_layers[i + 1] = routed ~= nil and i >= first and (v3 or i % freq == 0)
-  end
-  m.mtp = c:int("num_nextn_predict_layers", 0, false, 0)
-end
-local DS_KEYS = { "n_routed_experts", "moe_intermediate_size", "n_shared_experts",
-  "kv_lora_rank", "q_lora_rank", "first_k_dense_replace", "moe_layer_freq",
-  "num_nextn_predict_layers", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim" }
-V.deepseek_v2 = { tie = false, models = DS_KEYS, read = function(c, m) deepseek(c, m, false) end }
-V.deepseek_v3 = { tie = false, models = DS_KEYS, read = function(c, m) deepseek(c, m, true) end }
--- gpt-oss: biases everywhere, a learned attention sink per head, fused
--- (E, H, 2I) experts with biases and a clamped GLU, a router with a bias
-V.gpt_oss = { tie = false, head_dim = 64, models = { "num_local_experts" },
-  sliding = function(_, i) return i % 2 == 0 end,
-  read = function(c, m)
-  m.qkv_bias = c:bool("attention_bias", true)
-  m.o_bias = m.qkv_bias
-  m.sinks = true
-  local k = c:int("num_experts_per_tok", nil, true) or c:int("experts_per_token", 4)
-  m.moe = { experts = c:int("num_local_experts", 128), top_k = k, inter = m.intermediate,
-    router_bias = true, fused = true, expert_bias = true, norm_topk = false }
-  m.moe_layers = "all"
-  m.aux_loss = c:bool("output_router_logits", false)
-  m.sliding_window = c:int("sliding_window", 128, true)
-end }
-
-D.VARIANTS = V
+-- Each model_type's variant (HF config-class defaults for keys a file may
+-- leave out, the count keys it models, and `read(c, m)` for what is
+-- particular to it) lives in its family module (models/decoder_lm.lua
+-- describes the fields); the registry finds it by model_type.
 
 -- Reads an HF text config into the fields this file uses; errors name the
 -- file and the key (prefix: where the text config sits, e.g. "text_config.").
 function D.read(cfg, where, prefix)
   local c = cfgutil.reader(cfg, where, prefix)
   local mt = c:str("model_type", "llama")
-  local var = V[mt]
+  local var = registry.decoder(mt)
   if not var then
     c:fail("model_type", ("'%s' is not a decoder this file models (known: %s)"):format(mt,
-      table.concat(D.families, ", ")))
+      table.concat(registry.decoder_types(), ", ")))
   end
   local modelled = {}
   for _, k in ipairs(var.models or {}) do modelled[k] = true end
   for _, k in ipairs(D.COUNT_KEYS) do
     if not modelled[k] and not benign(cfg[k]) then
       local by = {}
-      for _, name in ipairs(D.families) do
-        for _, x in ipairs(V[name].models or {}) do
+      for _, name in ipairs(registry.decoder_types()) do
+        for _, x in ipairs(registry.decoder(name).models or {}) do
           if x == k then by[#by + 1] = name end
         end
       end
@@ -257,14 +84,12 @@ function D.read(cfg, where, prefix)
     m.tie = c:bool("tie_word_embeddings", true)
   end
   -- MoE and DeepSeek variants list their layers one by one: bound the loop
-  if var.models and var.models ~= FACTOR and m.layers > 65536 then
+  if var.per_layer and m.layers > 65536 then
     c:fail("num_hidden_layers", ("%d layers: a model listed layer by layer stays within 65536")
       :format(m.layers))
   end
   var.read(c, m)
-  if m.qk_norm == nil and mt ~= "qwen3" then
-    m.qk_norm = c:bool("qk_norm", false) and "head" or nil
-  end
+  if m.qk_norm == nil then m.qk_norm = c:bool("qk_norm", false) and "head" or nil end
   if m.heads % m.kv_heads ~= 0 then
     c:fail("num_key_value_heads", ("must divide num_attention_heads (%d), got %d"):format(
       m.heads, m.kv_heads))
@@ -297,6 +122,14 @@ function D.read(cfg, where, prefix)
       end
     end
   end
+  -- what a serving engine reads (stdlib/serving.lua): the dtype the
+  -- checkpoint names, its context length, and whether it declares a
+  -- sliding window in effect (Qwen2's use_sliding_window: false does not)
+  local td = cfg.torch_dtype or cfg.dtype
+  m.torch_dtype = type(td) == "string" and td or nil
+  m.max_positions = math.tointeger(cfg.max_position_embeddings)
+  m.window_declared = (m.sliding_window or cfg.sliding_window) ~= nil
+    and cfg.use_sliding_window ~= false
   m.uniform = true
   for i = 2, m.moe_layers and m.layers or 0 do
     if m.moe_layers[i] ~= m.moe_layers[1] then m.uniform = false end

@@ -13,6 +13,14 @@ local F = { name = "gemma", about = "Gemma 1 decoder, PaliGemma's LLM (models/ge
 -- (PaliGemma's text_config) leaves out.
 F.DEFAULTS = { head_dim = 256, tie_word_embeddings = true, attention_bias = false }
 
+-- The decoder (models/decoder_lm.lua has the fields): (1 + w) fp32 RMSNorm,
+-- sqrt(H) embedding scale, tied head.
+F.decoders = { gemma = { tie = true, head_dim = 256, read = function(c, m)
+  m.norm_kind, m.embed_scale = "gemma", true
+  m.qkv_bias = c:bool("attention_bias", false)
+  m.o_bias = m.qkv_bias
+end } }
+
 -- A Gemma text config nested at `prefix` ("" when it is the whole file);
 -- PaliGemma 2 carries a Gemma 2 text model (four norms per layer).
 function F.read_text(tcfg, where, prefix)

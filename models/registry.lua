@@ -224,6 +224,26 @@ function R.find(cfg, where)
     .. ". To add one, add models/<name>.lua and register it in models/registry.lua")
 end
 
+-- The decoder description of a text model_type (models/decoder_lm.lua
+-- says what it holds), from the family module registered for it; nil when
+-- that family has no decoder of this model_type.
+function R.decoder(mt)
+  local f = by_type[mt]
+  local decoders = f and require(f.module).decoders
+  return decoders and decoders[mt]
+end
+
+-- Every model_type with a decoder description, in registry order.
+function R.decoder_types()
+  local out = {}
+  for _, f in ipairs(R.FAMILIES) do
+    for _, mt in ipairs(f.model_types) do
+      if R.decoder(mt) then out[#out + 1] = mt end
+    end
+  end
+  return out
+end
+
 -- The simulator module of a measured case's family, or nil.
 function R.truth(name)
   local mod = R.TRUTH[name]

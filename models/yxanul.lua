@@ -38,6 +38,10 @@ local F = { name = "yxanul",
 -- simulator's decoder (models/decoder.lua) both need.
 local DEFAULTS = { use_factorized_embeddings = true, factorization_dim = 128 }
 
+-- The simulator's decoder: Llama layers (models/decoder_lm.lua), with the
+-- factorized embeddings models/decoder.lua reads for every variant.
+F.decoders = { yxanul = require("models.decoder_lm").decoders.llama }
+
 function F.read(cfg, where)
   local c = cfgutil.reader(cfg, where)
   local H = c:int("hidden_size")

@@ -86,9 +86,10 @@ function M.sampler(rows, vocab_pad)
   return 2 * vram.bytes("fp32", rows, vocab_pad)
 end
 
--- s: the serve table; run: a normalized run (run.text); cfg: the model's
--- config.json; gpu: a stdlib/gpus entry. Returns the figures and notes.
-function M.estimate(s, run, cfg, gpu, where)
+-- s: the serve table; run: a normalized run (the family's description of
+-- the model in run.text, a quantized checkpoint in run.quant.ckpt); gpu: a
+-- stdlib/gpus entry. Returns the figures and notes.
+function M.estimate(s, run, gpu, where)
   local t = run.text or errors.input(where, "model", "serving is priced for decoder models")
   local out = { assumptions = {}, warnings = {} }
   local function assume(m) out.assumptions[#out.assumptions + 1] = m end
@@ -114,7 +115,7 @@ function M.estimate(s, run, cfg, gpu, where)
   end
   local dt = DTYPE[s.dtype or "auto"]
   if not dt then
-    local c = cfg.torch_dtype or cfg.dtype or (cfg.text_config or {}).torch_dtype
+    local c = t.torch_dtype
     dt = DTYPE[c or "bfloat16"] or "bf16"
     if dt == "fp32" then
       dt = "bf16"
@@ -136,9 +137,9 @@ function M.estimate(s, run, cfg, gpu, where)
       warn("quantization " .. s.quantization .. ": read from the checkpoint's "
         .. "quantization_config, which is not modelled here; priced unquantized")
     end
-  elseif type(cfg.quantization_config) == "table" then
+  elseif run.quant and run.quant.ckpt then
     warn("the checkpoint carries a quantization_config (" .. tostring(
-      cfg.quantization_config.quant_method) .. "); not modelled, priced in " .. dt)
+      run.quant.ckpt.method) .. "); not modelled, priced in " .. dt)
   end
   local weights, vocab_pad = M.weights(t, tp, dt, quant)
   if s.cpu_offload_gb then
@@ -160,7 +161,7 @@ function M.estimate(s, run, cfg, gpu, where)
   end
   local mml = s.max_model_len
   if not mml then
-    mml = math.tointeger(cfg.max_position_embeddings or (cfg.text_config or {}).max_position_embeddings)
+    mml = t.max_positions
     if not mml then errors.input(where, "max-model-len", "is not set and the config has no "
       .. "max_position_embeddings") end
     assume("max-model-len: the config's max_position_embeddings (" .. mml .. ")")
@@ -172,8 +173,7 @@ function M.estimate(s, run, cfg, gpu, where)
     errors.input(where, "kv-cache-dtype", "unknown '" .. s.kv_cache_dtype .. "' (auto, fp8, "
       .. "fp8_e4m3, fp8_e5m2)")
   end
-  if (t.sliding_window or cfg.sliding_window or (cfg.text_config or {}).sliding_window)
-      and not s.disable_sliding_window and cfg.use_sliding_window ~= false then
+  if t.window_declared and not s.disable_sliding_window then
     warn("the model declares a sliding window: vLLM may keep only the window for those layers "
       .. "(SlidingWindowSpec); priced as full attention (fewer tokens than vLLM may report)")
   end

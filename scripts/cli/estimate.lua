@@ -50,7 +50,7 @@ local seen = a.observed and observed.parse_size(a.observed)
 local run, tr, doc = formats.load_run(path, a, require("models.registry"))
 if tr and a.explain then print(formats.explain(tr)) return end
 local serving = tr and tr.spec.serve and require("stdlib.serving")
-local sv = serving and serving.estimate(tr.spec.serve, run, tr.model.config,
+local sv = serving and serving.estimate(tr.spec.serve, run,
   require("stdlib.gpus").find(gpu or tr.spec.run.gpu), path)
 if sv and not tr.spec.serve.colocate then
   -- a serving config: vLLM's start-up figures are the answer

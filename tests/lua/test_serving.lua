@@ -35,7 +35,7 @@ return {
     local g = gpus.get("h100")
     local e = serving.estimate({ gpu_memory_utilization = 0.85, max_model_len = 8192,
       max_num_seqs = 64, max_num_batched_tokens = 4096, tensor_parallel_size = 2,
-      enforce_eager = true }, r, r.hf_config, g, "x")
+      enforce_eager = true }, r, g, "x")
     local f = e.figures
     -- 2 (K and V) x 16 tokens x 4 KV heads per rank x 128 x 2 bytes
     T.eq(f.page_bytes, 2 * 16 * 4 * 128 * 2)
@@ -50,7 +50,7 @@ return {
   end,
   fp8_kv_cache_halves_the_page = function()
     local r = run_of("qwen2_5_7b_instruct")
-    local e = serving.estimate({ kv_cache_dtype = "fp8", max_model_len = 32768 }, r, r.hf_config,
+    local e = serving.estimate({ kv_cache_dtype = "fp8", max_model_len = 32768 }, r,
       gpus.get("h100"), "x")
     -- 28 layers x 4 KV heads x 128 x 2 (K, V) x 1 byte
     T.eq(e.figures.bytes_per_token, 28 * 4 * 128 * 2)
@@ -68,21 +68,21 @@ return {
   too_long_a_context_is_refused_as_vllm_does = function()
     local r = run_of("llama_3_8b")
     local e = serving.estimate({ gpu_memory_utilization = 0.2, max_model_len = 1000000 }, r,
-      r.hf_config, gpus.get("rtx4090"), "x")
+      gpus.get("rtx4090"), "x")
     T.eq(e.fits, false)
   end,
   a_mixture_of_experts_model_is_refused_not_priced_dense = function()
     local r = run_of("qwen3_30b_a3b")
-    T.raises(function() serving.estimate({ max_model_len = 4096 }, r, r.hf_config,
+    T.raises(function() serving.estimate({ max_model_len = 4096 }, r,
       gpus.get("h100"), "x") end, "priced for dense decoders so far")
   end,
   a_vlm_is_refused_not_priced_without_its_vision_tower = function()
     local r = run_of("qwen2_vl_2b_instruct")
-    T.raises(function() serving.estimate({ max_model_len = 4096 }, r, r.hf_config,
+    T.raises(function() serving.estimate({ max_model_len = 4096 }, r,
       gpus.get("h100"), "x") end, "a vision tower")
   end,
   a_serving_estimate_needs_a_gpu = function()
     local r = run_of("llama_3_8b")
-    T.raises(function() serving.estimate({}, r, r.hf_config, nil, "x") end, "--gpu NAME")
+    T.raises(function() serving.estimate({}, r, nil, "x") end, "--gpu NAME")
   end,
 }
