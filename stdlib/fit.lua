@@ -69,11 +69,14 @@ function M.largest(run, knob, budget, limit)
   local set = M.KNOBS[knob] or errors.usage("fit: cannot vary '" .. knob ..
     "' (batch, seq, lora_rank)")
   limit = limit or (1 << 24)
+  local needs = {} -- v -> need: the boundary's two values are asked for again
   local function fits(v)
-    local r = copy(run)
-    set(r, v)
-    local need, st = M.need(r)
-    return need <= budget, need, st
+    if not needs[v] then
+      local r = copy(run)
+      set(r, v)
+      needs[v] = M.need(r)
+    end
+    return needs[v] <= budget, needs[v]
   end
   local ok1, need1 = fits(1)
   if not ok1 then return 0, nil, need1 end
