@@ -89,6 +89,8 @@ fi
 for s in examples/specs/*.yaml examples/specs/*.json; do
   echo "vramlua estimate $s --json: $(wall "$V" estimate "$s" --json)"
 done
+PPO=examples/specs/qwen3_vl_4b_ppo.yaml
+echo "vramlua estimate $PPO (text, with its timeline): $(wall "$V" estimate "$PPO")"
 echo "vramlua fit $SPEC --gpu rtx4090 --knobs: $(wall "$V" fit "$SPEC" --gpu rtx4090 --knobs)"
 echo "vramlua fit $SPEC --gpu h100 --gpus 8: $(wall "$V" fit "$SPEC" --gpu h100 --gpus 8)"
 echo "vramlua sweep $SPEC, 64 batches x 64 seqs: $(wall "$V" sweep "$SPEC" --batch 1:64:1 \
