@@ -60,8 +60,12 @@ function M.layers(S, layers, n, one, x, label)
   x = one(2, x)
   local after, rafter = tape:mark()
   local edges, nper = {}, nil
+  local by_id = function(a, b) return a.id < b.id end
   for i = 3, n - 1 do
+    -- in creation order: pairs() order changes from one process to the next
+    -- (string hashes are seeded), and with it the timeline's event order
     local ps = params(layers[i], {})
+    table.sort(ps, by_id)
     nper = nper or #ps
     for _, p in ipairs(ps) do
       edges[#edges + 1] = p.id

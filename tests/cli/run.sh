@@ -125,6 +125,10 @@ t "built-in Lua: some files precompiled" 0 "!Lua files: 0 precompiled" \
   '"$V" --stats estimate "$(dirname "$V")/../examples/specs/qwen2_5_1_5b_full.yaml" --json 2>&1 >/dev/null'
 t "VRAMLUA_SOURCE_ONLY=1 parses as text" 0 "Lua files: 0 precompiled" \
   'VRAMLUA_SOURCE_ONLY=1 "$V" --stats run loadtext.lua'
+# Lua seeds its string hashes per process: nothing that reaches the output
+# may follow pairs() order (composed layers' gradients did, issue 18)
+t "the timeline page is the same every run" 0 "same page" \
+  'S="$(dirname "$V")/../examples/specs/yxanul.yaml"; "$V" estimate "$S" --html p.html >/dev/null && cp p.html p1.html && "$V" estimate "$S" --html p.html >/dev/null && cmp -s p.html p1.html && echo "same page"'
 t "precompiled errors name file and line" 0 "stdlib/step.lua:" \
   'a=$("$V" --debug run stdlib_error.lua 2>&1); b=$(VRAMLUA_SOURCE_ONLY=1 "$V" --debug run stdlib_error.lua 2>&1); [ "$a" = "$b" ] && echo "$a"'
 t "--trust gives io"                     0 "io-present"             '"$V" --trust run trusted.lua'
