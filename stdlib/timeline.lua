@@ -51,6 +51,50 @@ function M.letters(parts)
   return of
 end
 
+-- The samples each of `width` columns covers, { {lo, hi} }: every stretch
+-- of one phase keeps a column of its own (an optimizer step of a few
+-- events among thousands is still drawn), the rest go in proportion to the
+-- samples, largest remainder first. Stretches outnumbering the columns:
+-- by samples alone.
+local function columns(tl, width)
+  local ns, groups = #tl.samples, {}
+  for j, s in ipairs(tl.samples) do
+    local g = groups[#groups]
+    if g and g.phase == s.phase then g.last = j
+    else groups[#groups + 1] = { phase = s.phase, first = j, last = j } end
+  end
+  local out = {}
+  if #groups > width then
+    for c = 1, width do out[c] = { (c - 1) * ns // width + 1, c * ns // width } end
+    return out
+  end
+  local spare, left = width - #groups, width - #groups
+  for _, g in ipairs(groups) do
+    g.n = g.last - g.first + 1
+    g.cols = 1 + spare * g.n // ns
+    g.rem = spare * g.n % ns
+    left = left - (g.cols - 1)
+  end
+  local order = {}
+  for k = 1, #groups do order[k] = k end
+  table.sort(order, function(a, b)
+    if groups[a].rem ~= groups[b].rem then return groups[a].rem > groups[b].rem end
+    return a < b
+  end)
+  while left > 0 do -- width <= ns: some stretch has a sample to spare
+    for _, k in ipairs(order) do
+      local g = groups[k]
+      if left > 0 and g.cols < g.n then g.cols, left = g.cols + 1, left - 1 end
+    end
+  end
+  for _, g in ipairs(groups) do
+    for c = 1, g.cols do
+      out[#out + 1] = { g.first + (c - 1) * g.n // g.cols, g.first + c * g.n // g.cols - 1 }
+    end
+  end
+  return out
+end
+
 -- A text sparkline of live bytes, `width` columns, each the highest point
 -- of its stretch of events; below it, one letter per column for the part
 -- of the step that takes most of the column's events, and the legend.
@@ -61,8 +105,8 @@ function M.sparkline(tl, width)
   local cols, marks = {}, {}
   local parts = M.parts(tl)
   local letter = M.letters(parts)
-  for c = 1, width do
-    local lo, hi = (c - 1) * ns // width + 1, c * ns // width
+  for c, span in ipairs(columns(tl, width)) do
+    local lo, hi = span[1], span[2]
     local m = -1
     for j = lo, hi do m = math.max(m, tl.samples[j].live) end
     local level = top > 0 and math.max(1, math.min(8, (m * 8 + top - 1) // top)) or 1

@@ -128,4 +128,23 @@ function tests.the_sparkline_has_one_column_per_step_slice_and_a_letter_for_each
   T.ok(legend:find("=recompute", 1, true))
 end
 
+-- A phase of a few events among thousands (zero_grad, the optimizer of a
+-- small model) keeps a column of its own, however narrow the sparkline.
+function tests.every_phase_with_a_sample_keeps_a_column()
+  local _, st = qwen({})
+  local tl = st.timeline
+  local letter = timeline.letters(timeline.parts(tl))
+  local phases, n = {}, 0
+  for _, s in ipairs(tl.samples) do
+    if not phases[s.phase] then phases[s.phase] = true; n = n + 1 end
+  end
+  for _, width in ipairs({ n, 12, 64 }) do
+    local line, marks = timeline.sparkline(tl, width)
+    T.eq(utf8.len(line), width)
+    for ph in pairs(phases) do
+      T.ok(marks:find(letter[ph], 1, true), ("%s drawn at width %d: %s"):format(ph, width, marks))
+    end
+  end
+end
+
 return tests
