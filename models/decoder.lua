@@ -10,6 +10,7 @@ local cfgutil = require("stdlib.config")
 local compose = require("stdlib.compose")
 local errors = require("stdlib.errors")
 local registry = require("models.registry")
+local commas = require("stdlib.params").commas
 
 local D = {}
 
@@ -225,12 +226,19 @@ function D.params(m, prefix)
   parts[#parts + 1] = { name = "norm", params = np(H, "rms") }
   parts[#parts + 1] = { name = "lm_head", params = head,
     note = m.tie and "tied to embed_tokens" or nil }
+  local per_layer = add(attn, norms, o and experts or dense, router, shared)
   if (m.mtp or 0) > 0 then
+    -- DeepSeek-V3's MTP module (its inference code, model.layers.<L>+): a
+    -- MoE decoder layer plus eh_proj Linear(2H, H), enorm, hnorm and
+    -- shared_head.norm; the checkpoint also stores the module's own
+    -- embed_tokens and shared_head.head. transformers does not build it.
+    local one = add(per_layer, bias, lp(mul(2, H), H, false), mul(3, np(H, "rms")))
     parts[#parts + 1] = { name = "mtp", params = 0, note = ("%d multi-token-prediction "
-      .. "layer(s) in the checkpoint, not loaded by transformers: not counted"):format(m.mtp) }
+      .. "layer(s) in the checkpoint, not loaded by transformers: not counted, not simulated "
+      .. "(each %s parameters, plus %s for its embed_tokens and shared_head.head copies)")
+      :format(m.mtp, commas(one), commas(mul(2, embed))) }
   end
   for _, p in ipairs(parts) do p.name, p.tower = (prefix or "") .. p.name, "llm" end
-  local per_layer = add(attn, norms, o and experts or dense, router, shared)
   return { parts = parts, per_layer = per_layer, tied_duplicate = m.tie and embed or 0 }
 end
 

@@ -124,6 +124,19 @@ T.test("the pieces of a MoE count are the ones the modelling code builds", funct
   T.eq(part(d, "layers.mlp"), 3 * 3 * 7168 * 18432)
   T.eq(part(d, "layers.shared_experts"), 58 * 3 * 7168 * 2048)
   T.eq(part(d, "mtp"), 0)
+  -- its note sizes the MTP layer: one MoE layer (MLA 187,107,328 with its
+  -- norms + 256 experts and the shared expert 3 x 7168 x 2048 each + the
+  -- 7168 x 256 router) + the 256 correction biases + eh_proj 14336 x 7168
+  -- + three norms
+  local mla = 7168 * 1536 + 1536 + 1536 * 128 * 192 + 7168 * 576 + 512 + 512 * 128 * 256
+    + 128 * 128 * 7168 + 2 * 7168
+  local layer = mla + 257 * 3 * 7168 * 2048 + 7168 * 256 + 256 + 14336 * 7168 + 3 * 7168
+  for _, p in ipairs(d.parts) do
+    if p.name == "mtp" then
+      T.ok(p.note:find(P.commas(layer) .. " parameters", 1, true), p.note)
+      T.ok(p.note:find(P.commas(2 * 129280 * 7168), 1, true), p.note)
+    end
+  end
   -- gpt-oss-20b: fused experts with biases, a router with a bias, one sink
   -- per head in every layer
   local g = count_cfg(preset("gpt_oss_20b"), "gpt_oss_20b")
