@@ -99,6 +99,14 @@ local function ignored_prefix(k)
   return false
 end
 
+-- The set of the whitespace-separated words of text (a format's keys known
+-- not to change memory), falling back to base's.
+function M.word_set(text, base)
+  local set = setmetatable({}, base and { __index = base } or nil)
+  for k in text:gmatch("%S+") do set[k] = true end
+  return set
+end
+
 -- A handler for a key whose feature is not modelled: a labelled warning
 -- when it is switched on.
 function M.not_modelled(what)

@@ -34,12 +34,6 @@ function M.count(family, cfg, where, opts)
   return r
 end
 
--- Appends the parts of `more` to `parts`.
-function M.append(parts, more)
-  for _, p in ipairs(more) do parts[#parts + 1] = p end
-  return parts
-end
-
 -- A family's params(m) result from its own parts followed by those of a
 -- counted sub-model (a VLM's language model: {parts, tied_duplicate}).
 function M.followed_by(parts, sub)

@@ -2,6 +2,7 @@
 -- world size, mixed precision and the FSDP or DeepSpeed plugin. It names no
 -- model, batch or sequence: those come from --model and --seq (batch 1
 -- unless --batch).
+local word_set = require("stdlib.formats").word_set
 local M = {}
 
 local SHARDING = { ["1"] = "full_shard", ["2"] = "shard_grad_op", ["3"] = "no_shard",
@@ -9,13 +10,21 @@ local SHARDING = { ["1"] = "full_shard", ["2"] = "shard_grad_op", ["3"] = "no_sh
   FULL_SHARD = "full_shard", SHARD_GRAD_OP = "shard_grad_op", NO_SHARD = "no_shard",
   HYBRID_SHARD = "hybrid_shard", HYBRID_SHARD_ZERO2 = "hybrid_shard" }
 
-local FSDP_IGNORED = {}
-for k in ([[auto_wrap_policy transformer_layer_cls_to_wrap min_num_params state_dict_type
+-- deepspeed_config's offload_*_device: where that state lives ("none": the GPU)
+local function offload_to(what)
+  return function(c, d, k)
+    if c:str(k, d) ~= "none" then
+      c.parallel.offload = c.parallel.offload or {}
+      c.parallel.offload[what] = d
+    end
+  end
+end
+
+local FSDP_IGNORED = word_set([[
+  auto_wrap_policy transformer_layer_cls_to_wrap min_num_params state_dict_type
   sync_module_states use_orig_params cpu_ram_efficient_loading backward_prefetch
   backward_prefetch_policy forward_prefetch xla xla_fsdp_settings xla_fsdp_grad_ckpt
-  xla_fsdp_v2 cpu_offload_pin_memory]]):gmatch("%S+") do
-  FSDP_IGNORED[k] = true
-end
+  xla_fsdp_v2 cpu_offload_pin_memory]])
 
 -- FSDP options as accelerate (fsdp_*) and TrainingArguments.fsdp_config
 -- (with or without the prefix) spell them.
@@ -47,13 +56,11 @@ function M.fsdp_keys(c, tbl, prefix)
   }, FSDP_IGNORED, prefix)
 end
 
-local IGNORED = {}
-for k in ([[compute_environment debug enable_cpu_affinity gpu_ids machine_rank
+local IGNORED = word_set([[
+  compute_environment debug enable_cpu_affinity gpu_ids machine_rank
   main_training_function rdzv_backend same_network tpu_env tpu_use_cluster tpu_use_sudo
   main_process_ip main_process_port downcast_bf16 dynamo_backend
-  ipex_config mpirun_config commands command_file tpu_name tpu_zone]]):gmatch("%S+") do
-  IGNORED[k] = true
-end
+  ipex_config mpirun_config commands command_file tpu_name tpu_zone]])
 
 local DS_IGNORED = { deepspeed_multinode_launcher = true, zero3_save_16bit_model = true,
   gradient_clipping = true, deepspeed_hostfile = true, deepspeed_exclusion_filter = true,
@@ -91,18 +98,8 @@ function M.translate(c, doc)
       cc:walk(v, {
         deepspeed_config_file = function(c2, f, k2) c2:deepspeed(k2, f) end,
         zero_stage = function(c2, s, k2) c2.parallel.zero = c2:int(k2, s, 0) end,
-        offload_optimizer_device = function(c2, d, k2)
-          if c2:str(k2, d) ~= "none" then
-            c2.parallel.offload = c2.parallel.offload or {}
-            c2.parallel.offload.optimizer = d
-          end
-        end,
-        offload_param_device = function(c2, d, k2)
-          if c2:str(k2, d) ~= "none" then
-            c2.parallel.offload = c2.parallel.offload or {}
-            c2.parallel.offload.params = d
-          end
-        end,
+        offload_optimizer_device = offload_to("optimizer"),
+        offload_param_device = offload_to("params"),
         gradient_accumulation_steps = function(c2, g, k2) run.grad_accum = c2:int(k2, g) end,
       }, DS_IGNORED, k .. ".")
     end,

@@ -2,6 +2,7 @@
 -- is loaded in bf16/fp16 when those are set ("auto" follows the GPU: bf16
 -- here) and trained in that dtype; QLoRA is `adapter: qlora` with
 -- `load_in_4bit`.
+local word_set = require("stdlib.formats").word_set
 local M = {}
 
 local not_modelled = require("stdlib.formats").not_modelled
@@ -124,8 +125,8 @@ local H = {
   activation_offloading = not_modelled("activation offloading to the host"),
 }
 
-local IGNORED = {}
-for k in ([[datasets test_datasets dataset_prepared_path val_set_size output_dir
+local IGNORED = word_set([[
+  datasets test_datasets dataset_prepared_path val_set_size output_dir
   chat_template chat_template_jinja default_system_message tokenizer_type model_type
   tokenizer_config tokenizer_use_fast trust_remote_code strict pad_to_sequence_len
   lora_dropout lora_fan_in_fan_out lora_model_dir wandb_project wandb_entity wandb_watch
@@ -165,9 +166,7 @@ for k in ([[datasets test_datasets dataset_prepared_path val_set_size output_dir
   save_first_step seed_data tokenizer_padding_side torchdistx_path experimental_skip_move_to_device
   liger_rms_norm_gated num_labels eta_min cosine_constant_lr_ratio flex_attn_compile_kwargs
   gemma4_hybrid_attn_impl vllm bnb_config_kwargs dsv4_fp4_grouped_mode
-  rl_beta dpo_use_logits_to_keep dpo_padding_free]]):gmatch("%S+") do
-  IGNORED[k] = true
-end
+  rl_beta dpo_use_logits_to_keep dpo_padding_free]])
 
 function M.translate(c, doc)
   c:walk(doc, H, IGNORED)

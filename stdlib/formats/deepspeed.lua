@@ -5,23 +5,30 @@
 -- fp16/bf16 from its flags, and once the model is known
 -- reduce_bucket_size = hidden^2, stage3_prefetch_bucket_size =
 -- 0.9 * hidden^2, stage3_param_persistence_threshold = 10 * hidden.
+local word_set = require("stdlib.formats").word_set
 local M = {}
 
 local function auto(v) return v == "auto" end
 
-local ZERO_IGNORED = {}
-for k in ([[allgather_partitions reduce_scatter
+local ZERO_IGNORED = word_set([[
+  allgather_partitions reduce_scatter
   round_robin_gradients stage3_gather_16bit_weights_on_model_save
   stage3_gather_fp16_weights_on_model_save load_from_fp32_weights elastic_checkpoint
   ignore_unused_parameters legacy_stage1 memory_efficient_linear use_multi_rank_bucket_allreduce
   cpu_offload_use_pin_memory log_trace_cache_warnings gather_16bit_weights_on_model_save
-  module_granularity_threshold]]):gmatch("%S+") do
-  ZERO_IGNORED[k] = true
-end
+  module_granularity_threshold]])
 
 local OFFLOAD_IGNORED = { pin_memory = true, buffer_count = true, fast_init = true,
   ratio = true, nvme_path = true, buffer_size = true, max_in_cpu = true, pipeline_read = true,
   pipeline_write = true }
+
+-- a ZeRO switch that decides how the buckets behave
+local function bucket_flag(name)
+  return function(c, v, k)
+    c.parallel.buckets = c.parallel.buckets or {}
+    c.parallel.buckets[name] = c:bool(k, v)
+  end
+end
 
 local function bucket(name)
   return function(c, v, k)
@@ -59,14 +66,8 @@ local ZERO = {
   end,
   -- overlap_comm doubles stage 1/2's gradient bucket; contiguous_gradients
   -- decides whether it exists (stdlib/parallel.lua prices both)
-  overlap_comm = function(c, v, k)
-    c.parallel.buckets = c.parallel.buckets or {}
-    c.parallel.buckets.overlap_comm = c:bool(k, v)
-  end,
-  contiguous_gradients = function(c, v, k)
-    c.parallel.buckets = c.parallel.buckets or {}
-    c.parallel.buckets.contiguous_gradients = c:bool(k, v)
-  end,
+  overlap_comm = bucket_flag("overlap_comm"),
+  contiguous_gradients = bucket_flag("contiguous_gradients"),
   reduce_bucket_size = bucket("reduce_bucket_size"),
   allgather_bucket_size = bucket("allgather_bucket_size"),
   stage3_prefetch_bucket_size = bucket("stage3_prefetch_bucket_size"),
@@ -90,16 +91,14 @@ local ZERO = {
   end,
 }
 
-local IGNORED = {}
-for k in ([[scheduler gradient_clipping steps_per_print wall_clock_breakdown
+local IGNORED = word_set([[
+  scheduler gradient_clipping steps_per_print wall_clock_breakdown
   zero_allow_untested_optimizer flops_profiler tensorboard wandb csv_monitor comet
   comms_logger checkpoint prescale_gradients gradient_predivide_factor
   communication_data_type dump_state memory_breakdown zero_force_ds_cpu_optimizer
   sparse_gradients aio elasticity autotuning compression_training
   data_efficiency seq_parallel_communication_data_type timers comms_config monitor_config
-  train_batch_size_auto zero_optimization_auto gradient_clipping_auto]]):gmatch("%S+") do
-  IGNORED[k] = true
-end
+  train_batch_size_auto zero_optimization_auto gradient_clipping_auto]])
 
 -- Reads a DeepSpeed config table into ctx. standalone: the DeepSpeed JSON is
 -- the whole input (no Trainer values to fill "auto" from).

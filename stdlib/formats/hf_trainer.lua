@@ -2,6 +2,7 @@
 -- transformers example scripts, HfArgumentParser's JSON): the keys every
 -- Trainer-based format (LLaMA-Factory, TRL) shares, and the translator for a
 -- plain TrainingArguments JSON.
+local word_set = require("stdlib.formats").word_set
 local M = {}
 
 local function set(ctx, field) return function(c, v, k) c.run[field] = c:int(k, v) end end
@@ -93,8 +94,8 @@ M.HANDLERS = {
 -- Keys known not to change the training step's memory: bookkeeping,
 -- schedules, data loading on the host, evaluation (the training step's peak
 -- is what is estimated), hub and logging.
-M.IGNORED = {}
-for k in ([[output_dir overwrite_output_dir do_train do_eval do_predict eval_strategy
+M.IGNORED = word_set([[
+  output_dir overwrite_output_dir do_train do_eval do_predict eval_strategy
   evaluation_strategy prediction_loss_only per_device_eval_batch_size eval_accumulation_steps
   eval_delay eval_steps eval_on_start eval_do_concat_batches torch_empty_cache_steps learning_rate
   weight_decay adam_beta1 adam_beta2 adam_epsilon max_grad_norm num_train_epochs max_steps
@@ -128,9 +129,7 @@ for k in ([[output_dir overwrite_output_dir do_train do_eval do_predict eval_str
   use_ipex xpu_backend eval_use_gather_object liger_kernel_config push_to_hub_model_id
   push_to_hub_organization push_to_hub_token per_gpu_eval_batch_size tpu_metrics_debug
   sharded_ddp ddp_broadcast_buffers eval_do_concat_batches hub_private_repo
-  use_liger use_cache model_init_kwargs_disabled]]):gmatch("%S+") do
-  M.IGNORED[k] = true
-end
+  use_liger use_cache model_init_kwargs_disabled]])
 
 -- Precision under the plain Trainer: from_pretrained loads fp32 unless a
 -- dtype is given; bf16/fp16 then autocast over fp32 master weights.

@@ -5,6 +5,7 @@
 -- parameters are upcast to fp32 unless pure_bf16 (model/adapter.py,
 -- init_adapter); lora_target "all" means every linear layer; cutoff_len
 -- defaults to 2048 and lora_rank to 8 (hparams/).
+local word_set = require("stdlib.formats").word_set
 local hf = require("stdlib.formats.hf_trainer")
 
 local M = {}
@@ -66,8 +67,8 @@ H.vllm_enforce_eager = function(c, v, k) c.vllm_eager = c:bool(k, v) end
 H.upcast_layernorm = not_modelled("fp32 layer norms")
 H.upcast_lmhead_output = not_modelled("an fp32 LM-head output")
 
-local IGNORED = setmetatable({}, { __index = hf.IGNORED })
-for k in ([[template dataset dataset_dir eval_dataset media_dir image_dir train_on_prompt
+local IGNORED = word_set([[
+  template dataset dataset_dir eval_dataset media_dir image_dir train_on_prompt
   mask_history buffer_size mix_strategy interleave_probs preprocessing_batch_size max_samples
   eval_num_beams ignore_pad_token_for_loss val_size tool_format tokenized_path plot_loss
   compute_accuracy include_effective_tokens_per_second lora_dropout use_rslora pissa_init
@@ -96,9 +97,7 @@ for k in ([[template dataset dataset_dir eval_dataset media_dir image_dir train_
   disable_gradient_checkpointing_disabled streaming loraplus_lr_ratio loraplus_lr_embedding
   fsdp_transformer_layer_cls_to_wrap oft_block_size oft_rank oft_target module_dropout
   use_adam_mini use_muon compute_dtype device_map model_max_length
-  mm_proj_lr freeze_vision_tower_lr dataloader_persistent_workers]]):gmatch("%S+") do
-  IGNORED[k] = true
-end
+  mm_proj_lr freeze_vision_tower_lr dataloader_persistent_workers]], hf.IGNORED)
 
 -- `llamafactory-cli chat|api|webchat FILE`: an inference config (a backend,
 -- no stage). vLLM's engine takes vllm_maxlen (4096), vllm_gpu_util (0.7) and

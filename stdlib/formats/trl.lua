@@ -7,6 +7,7 @@
 -- (the checkpoint's), bf16 on, SFT max_length 1024, DPO max_length 1024,
 -- GRPO max_prompt_length 512, max_completion_length 256, num_generations 8,
 -- beta 0.0 (no reference model), vllm_gpu_memory_utilization 0.3.
+local word_set = require("stdlib.formats").word_set
 local hf = require("stdlib.formats.hf_trainer")
 
 local M = {}
@@ -60,8 +61,8 @@ local H = setmetatable({
   reward_model_path = keep("reward_model", "str"),
 }, { __index = hf.HANDLERS })
 
-local IGNORED = setmetatable({}, { __index = hf.IGNORED })
-for k in ([[dataset_text_field dataset_kwargs dataset_num_proc dataset_train_split
+local IGNORED = word_set([[
+  dataset_text_field dataset_kwargs dataset_num_proc dataset_train_split
   dataset_test_split dataset_streaming dataset_mixture eos_token pad_token completion_only_loss
   assistant_only_loss chat_template_path shuffle_dataset eval_packing packing_strategy
   padding_value label_pad_token_id truncation_mode loss_type label_smoothing rpo_alpha
@@ -85,9 +86,7 @@ for k in ([[dataset_text_field dataset_kwargs dataset_num_proc dataset_train_spl
   callbacks benchmarks code_language code_eval_test_batch_size code_eval_scoring_mode
   e2b_router_url morph_router_url code_provider enforce_same_language parallel_code_exec_per_proc
   max_completion_len num_completions_to_print log_completions_steps
-  preprocessing_num_workers auto_insert_empty_system_msg truncation_side]]):gmatch("%S+") do
-  IGNORED[k] = true
-end
+  preprocessing_num_workers auto_insert_empty_system_msg truncation_side]], hf.IGNORED)
 
 -- Which trainer: the variant of --format, else guessed from its keys.
 local function trainer(c, doc)

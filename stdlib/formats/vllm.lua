@@ -3,6 +3,7 @@
 -- shell continuations) in a text file, or a YAML/JSON of engine arguments
 -- (`vllm serve --config FILE`: the flags without their dashes, '-' or '_').
 -- Translated to a serve table that stdlib/serving.lua prices.
+local word_set = require("stdlib.formats").word_set
 local M = {}
 
 -- Shell-like words: quotes, backslash-newline continuations, # comments.
@@ -89,8 +90,8 @@ function M.parse_command(words, c)
   return args
 end
 
-local IGNORED = {}
-for k in ([[served-model-name host port api-key uvicorn-log-level allowed-origins
+local IGNORED = word_set([[
+  served-model-name host port api-key uvicorn-log-level allowed-origins
   allowed-methods allowed-headers ssl-keyfile ssl-certfile chat-template
   response-role tool-call-parser enable-auto-tool-choice reasoning-parser tokenizer
   tokenizer-mode trust-remote-code download-dir load-format revision code-revision
@@ -110,9 +111,7 @@ for k in ([[served-model-name host port api-key uvicorn-log-level allowed-origin
   ignore-patterns otlp-traces-endpoint collect-detailed-traces show-hidden-metrics-for-version
   kv-transfer-config kv-events-config long-prefill-token-threshold max-num-partial-prefills
   max-long-partial-prefills stream-interval tool-server tool-parser-plugin
-  config model-impl enable-sleep-mode]]):gmatch("%S+") do
-  IGNORED[k] = true
-end
+  config model-impl enable-sleep-mode]])
 
 local QUANT = { fp8 = "fp8", awq = "int4", awq_marlin = "int4", gptq = "int4",
   gptq_marlin = "int4", bitsandbytes = "nf4", ["compressed-tensors"] = "from-config",
