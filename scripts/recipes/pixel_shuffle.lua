@@ -26,11 +26,10 @@ local function make_run(f, stage_frozen, attention)
     mode = "train", batch = args.batch, seq = args.text, grad_accum = 4,
     precision = { params = "bf16" }, grad_checkpointing = "full", attention = attention,
     freeze = stage_frozen } }, here, registry)
-  run.sim = siq
-  run.vision = vision_cfg
-  run.vlm = { pixel_shuffle_factor = f, projector_hidden_act = "gelu",
-    multimodal_projector_bias = true }
-  return run
+  -- the language model's run on the SiQ-VL simulator with its tower
+  return require("stdlib.run").with(run, { sim = siq, vision = vision_cfg,
+    vlm = { pixel_shuffle_factor = f, projector_hidden_act = "gelu",
+      multimodal_projector_bias = true } })
 end
 
 local H = 12 -- Qwen2.5-1.5B attention heads
