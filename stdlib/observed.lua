@@ -90,18 +90,14 @@ M.CAUSES = {
   { id = "undisposed_temporaries",
     short = "undisposed temporaries (a TorchSharp cause: Python frees them by reference count)",
     label = function() return "temporaries not disposed until the step ends (TorchSharp without "
-      .. "`using`/Dispose): the optimizer's per-parameter temporaries all live at once, as a "
-      .. "foreach optimizer's lists do" end,
+      .. "`using`/Dispose): the optimizer's per-parameter temporaries all live at once "
+      .. "(run.undisposed_steps: 1)" end,
     applies = function(_, run)
       return require("stdlib.frameworks").of(run).undisposed_temporaries
         and not run.optimizer.foreach
         and (run.optimizer.name == "adam" or run.optimizer.name == "adamw")
     end,
-    flip = function(doc)
-      doc.run.optimizer = type(doc.run.optimizer) == "table" and doc.run.optimizer
-        or { name = doc.run.optimizer }
-      doc.run.optimizer.foreach = true
-    end },
+    flip = function(doc) doc.run.undisposed_steps = 1 end },
 }
 
 -- The layout's own causes: a ZeRO/FSDP or offload setting that did not

@@ -349,6 +349,9 @@ local function read_framework_knobs(run, rd, f, where)
     errors.input(where, "run.fp8", "needs run.framework te-fp8, got " .. f.framework)
   end
   if fp8 then
+    if f.lora then
+      errors.input(where, "run.lora", "LoRA over TransformerEngine's te.Linear is not modelled")
+    end
     if f.quant then
       errors.input(where, "run.framework", "te-fp8 cannot be combined with run.precision "
         .. "weights or forward_weights, or a quantized checkpoint")
