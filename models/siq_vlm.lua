@@ -214,10 +214,40 @@ local function release(S, P)
   end
 end
 
+-- The head and loss over the decoder's output h (B x seq rows). The image
+-- tokens come first and their labels are -100, so vlm.logits = "text"
+-- (hidden_states[:, n_img:] into the head, as logits_to_keep does) is the
+-- same loss over B x T rows; chunked and liger_fused never hold B x rows x V.
+-- Takes over h.
+local function head_loss(S, P, run, h, B, seq, opt)
+  local V = P.lm.m.vocab
+  local keep = (run.vlm or {}).logits == "text" and run.seq or seq
+  local x = h
+  if keep < seq then -- a view of the text rows; its gradient is h's full size
+    x = { id = h.id, n = B * keep * P.lm.m.hidden, dt = h.dt, b = h.b, rg = h.rg }
+  end
+  local l
+  if run.loss == "chunked" then
+    l = loss.chunked(S, x, P.lm.head.w, B * keep, V, run.loss_chunk)
+  elseif run.loss == "liger_fused" then
+    l = loss.liger_fused(S, x, P.lm.head.w, B, keep, V)
+  else
+    local logits = decoder.logits(S, P.lm, h, with(run, { seq = seq }), keep < seq and keep or nil)
+    S:drop(h)
+    h = nil
+    opt.seq = keep
+    l = loss.causal_lm(S, logits, opt)
+    S:drop(logits)
+  end
+  S:drop(h)
+  return l
+end
+
 function F.forward_loss(S, P, run)
   local B, T = run.batch, run.seq
   local seq = T + P.n_img
-  local opt = loss.logits_options(S, run, B, seq)
+  local fused = run.loss == "chunked" or run.loss == "liger_fused"
+  local opt = not fused and loss.logits_options(S, run, B, seq) or nil
   local emb = embeds(S, P, run)
   local labels -- image tokens in front: their ignored labels, then the cat
   if not P.xattn then
@@ -229,10 +259,8 @@ function F.forward_loss(S, P, run)
   local h = decoder.forward(S, P.lm, emb, r)
   S:drop(emb)
   S:set_category("logits_loss")
-  local logits = decoder.logits(S, P.lm, h, r)
-  S:drop(h)
-  local l = loss.causal_lm(S, logits, opt)
-  S:drop(logits, labels)
+  local l = head_loss(S, P, run, h, B, seq, opt)
+  S:drop(labels)
   release(S, P)
   S:set_category("activations")
   return l

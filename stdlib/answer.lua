@@ -18,23 +18,25 @@ local M = {}
 
 -- Every change set: at most one value per knob, at most max_changes knobs.
 -- A change set is a list of { knob = knob, value = value } in knob order.
+-- order: the knob and value indexes, fixed width, so that comparing two
+-- orders as strings compares the sets in declaration order.
 local function enumerate(knobs, max_changes)
   local out = {}
-  local function rec(k, set, cost)
+  local function rec(k, set, cost, order)
     if k > #knobs then
-      out[#out + 1] = { changes = set, cost = cost, n = #set, order = #out + 1 }
+      out[#out + 1] = { changes = set, cost = cost, n = #set, order = order }
       return
     end
-    rec(k + 1, set, cost)
+    rec(k + 1, set, cost, order)
     if #set < max_changes then
-      for _, v in ipairs(knobs[k].values) do
+      for j, v in ipairs(knobs[k].values) do
         local s = { table.unpack(set) }
         s[#s + 1] = { knob = knobs[k], value = v }
-        rec(k + 1, s, cost + v.cost)
+        rec(k + 1, s, cost + v.cost, order .. ("%04d.%04d|"):format(k, j))
       end
     end
   end
-  rec(1, {}, 0)
+  rec(1, {}, 0, "")
   return out
 end
 

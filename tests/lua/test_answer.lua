@@ -44,6 +44,16 @@ function tests.the_cheapest_set_wins_and_fewer_changes_break_a_tie()
   T.eq(r.candidates, 2 * 3 * 2)
 end
 
+function tests.equal_cost_and_count_go_in_declaration_order()
+  local r = search({ budget = function() return 95 * GiB end })
+  -- A (cost 1, 90 GiB) and C (cost 1, 100 GiB) tie on cost and count: A is declared first
+  T.eq(answer.describe(r.fit.changes), "A on")
+  -- declared C before A, with both fitting alone (A: 90 <= 95, C: 100 <= 105): C wins
+  local r2 = search({ knobs = { KNOBS[3], KNOBS[1] }, budget = function(s)
+    return (s.C and 105 or 95) * GiB end })
+  T.eq(answer.describe(r2.fit.changes), "C 0.95")
+end
+
 function tests.a_budget_only_knob_costs_no_simulation()
   local _, sims = search()
   -- as given, A, C (same key as as-given: no new simulation), B

@@ -35,6 +35,26 @@ function tests.pixel_shuffle_prints_tokens_and_the_projector_growing_with_f_squa
   has(out, ("%.2f GiB each"):format(4 * 2112 * 151936 * 4 / (1 << 30)))
 end
 
+-- The fix for the largest term: one B x T x V fp32 buffer, one 1024-row
+-- chunk of the chunked loss, and the Answer that the cheapest fix is the
+-- loss (a same-math change), not the attention.
+function tests.pixel_shuffle_sizes_the_loss_fix_and_ends_in_the_answer()
+  local out = run("pixel_shuffle.lua")
+  local V = 151936
+  has(out, ("4 x 2112 x 151936 x 4 B = %.2f GiB"):format(4 * 2112 * V * 4 / 2^30))
+  has(out, ("1024 x 151936 x 10 B = %.2f GiB"):format(1024 * V * 10 / 2^30))
+  -- at factor 1: 2048 + 1024 tokens; one layer's eager scores, 12 heads, fp32
+  has(out, ("one layer's scores are %.2f GiB, one B x T x V fp32 loss buffer %.2f GiB")
+    :format(4 * 12 * 3072 * 3072 * 4 / 2^30, 4 * 3072 * V * 4 / 2^30))
+  local _, answers = out:gsub("\nAnswer:\n", "")
+  T.eq(answers, 2, "one Answer per stage")
+  local _, chunked = out:gsub("cheapest change set that fits %(cost 0, points%): chunked "
+    .. "cross%-entropy\n", "")
+  T.eq(chunked, 2, "the loss fix alone fits in both stages")
+  has(out, "RIGHT the auto factor (largest divisor of 32) leaves 1 image token — 32 x 32 "
+    .. "patches / 32^2 = 1")
+end
+
 function tests.nvfp4_recipe_counts_qwen3_4b_and_the_static_bytes()
   local out = run("nvfp4_fullparam.lua")
   has(out, "parameters: 4022468096")
