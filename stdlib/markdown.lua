@@ -20,6 +20,20 @@ M.fenced = fenced
 function M.estimate(o)
   local b = o.budget
   local out = { report.markdown(b, o.title), "" }
+  if b.per_rank then -- a layout: the table above is the largest rank's
+    local L = b.layout
+    out[#out + 1] = ("Layout %s (world %d); the breakdown above is the largest rank's (ranks %s)."):
+      format(require("stdlib.parallel").layout_name(L), L.world, b.largest_rank)
+    out[#out + 1] = ""
+    out[#out + 1] = "| rank role | ranks | peak (tensors allocated) | device total | host (offload) |"
+    out[#out + 1] = "|---|---|---:|---:|---:|"
+    for _, r in ipairs(b.per_rank) do
+      out[#out + 1] = ("| %s | %s | %d B (%s) | %s | %s |"):format(r.role, r.ranks, r.peak_bytes,
+        vram.fmt(r.peak_bytes, "GiB"), vram.fmt(r.device_total_bytes, "GiB"),
+        vram.fmt(r.host_bytes, "GiB"))
+    end
+    out[#out + 1] = ""
+  end
   out[#out + 1] = ("- reached in `%s`%s"):format(b.peak_phase,
     b.peak_op and (" at `" .. b.peak_op .. "`") or "")
   out[#out + 1] = ("- allocator reserved: %s; device total (with framework overhead): %s"):format(

@@ -97,25 +97,33 @@ if sv then
     b.fits = b.headroom_bytes >= 0
   end
 end
+-- the timeline lines the terminal and the Markdown share: one per rank
+-- role under a layout, each under its role's name
+local function timeline_lines()
+  local timeline, out = require("stdlib.timeline"), {}
+  if tls then
+    for k, r in ipairs(b.per_rank) do
+      if k > 1 then out[#out + 1] = "" end
+      out[#out + 1] = ("%s (ranks %s):"):format(r.role, r.ranks)
+      for _, l in ipairs(timeline.text(tls[k])) do out[#out + 1] = l end
+    end
+  elseif st and st.timeline then out = timeline.text(st.timeline) end
+  return #out > 0 and out or nil
+end
 if fmt == "json" then print(report.json(b))
 elseif fmt == "markdown" then
   -- the spec as written; a case picked from a list, as JSON
   local text = (not tr and doc.id and case_id) and vram.json.encode(doc, true)
     or vram.text.load(path)
   print(require("stdlib.markdown").estimate({ budget = b, title = path,
-    timeline_lines = st and st.timeline and require("stdlib.timeline").text(st.timeline),
+    timeline_lines = timeline_lines(),
     observed_lines = rec and observed.text(rec), spec_text = text,
     spec_lang = path:match("%.ya?ml$") and "yaml" or "json" }))
 elseif fmt == "csv" then print(report.csv(b))
 else
   print(run.parallel and require("stdlib.parallel").text(b, path) or report.text(b, path))
-  local timeline = require("stdlib.timeline")
-  if tls then -- one per rank role
-    for k, r in ipairs(b.per_rank) do
-      print(("\n%s (ranks %s):"):format(r.role, r.ranks))
-      print(table.concat(timeline.text(tls[k]), "\n"))
-    end
-  elseif st and st.timeline then print(table.concat(timeline.text(st.timeline), "\n")) end
+  local lines = timeline_lines()
+  if lines then print((tls and "\n" or "") .. table.concat(lines, "\n")) end
   if rec then print(table.concat(observed.text(rec), "\n")) end
   if sv then
     print("colocated vLLM (reserved beside training; the fit above subtracts it):")

@@ -348,6 +348,32 @@ t "--markdown has the terminal's timeline and reconciliation" 0 "same content" \
    sed -n "/^observed: /,/^not applicable/p" m.md > ob_md.txt
    [ -s ob_term.txt ] && cmp -s ob_term.txt ob_md.txt || exit 3
    echo same content'
+cat >"$D/check_md_ranks.lua" <<'LUA'
+-- arg: layout.md layout.json: one row per rank role, each the JSON's
+local md, e = vram.text.load(arg[1]), vram.json.load(arg[2])
+local rows, bad = {}, 0
+for role, ranks, peak in md:gmatch("\n| ([%w ]+) | ([%d-]+) | (%d+) B %(") do
+  rows[#rows + 1] = { role, ranks, math.tointeger(tonumber(peak)) }
+end
+if #rows ~= #e.per_rank then bad = bad + 1; print("rows: " .. #rows .. " vs " .. #e.per_rank) end
+for k, r in ipairs(e.per_rank) do
+  local m = rows[k]
+  if not m or m[1] ~= r.role or m[2] ~= r.ranks or m[3] ~= r.peak_bytes then
+    bad = bad + 1; print("row " .. k .. " differs: " .. r.role)
+  end
+end
+if not md:find("the breakdown above is the largest rank's (ranks " .. e.largest_rank .. ")", 1, true) then
+  bad = bad + 1; print("largest rank not named")
+end
+print(bad == 0 and "md ranks ok" or "md ranks BAD")
+LUA
+t "--markdown of a layout: one row per rank role, and the terminal's timelines" 0 "md ranks ok" \
+  '"$V" estimate "$P2" --markdown > l.md && "$V" estimate "$P2" --json > l.json &&
+   "$V" estimate "$P2" > l.txt || exit 1
+   sed -n "/^first stage (ranks/,\$p" l.txt > tl_term.txt
+   sed -n "/^first stage (ranks/,/^\`\`\`$/p" l.md | sed "\$d" > tl_md.txt
+   [ "$(grep -c "^timeline (live" tl_term.txt)" -eq 2 ] && cmp -s tl_term.txt tl_md.txt || exit 2
+   "$V" run check_md_ranks.lua l.md l.json'
 t "--markdown of a case from a list folds that case in" 0 '"id":	"p01_qwen3_fp32_adamw"' \
   '"$V" estimate "$S/tests/truth/cases_public.json" --case p01_qwen3_fp32_adamw --markdown'
 
