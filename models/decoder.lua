@@ -281,7 +281,9 @@ function D.build(S, m, opts)
     P.embed = S:param(erows * (m.factor or H), dt, tr("embed_tokens"), "embed_tokens")
     P.embed.rows = erows -- a matrix, for factored optimizer states
     local elo = stage.embed and not m.factor and lo("embed_tokens")
-    if elo then P.embed_lora = layers.new_embedding_lora(S, m.vocab, H, elo.r, "embed_tokens") end
+    if elo then
+      P.embed_lora = layers.new_embedding_lora(S, m.vocab, H, elo.r, "embed_tokens", elo)
+    end
   end
   if m.factor then
     P.embed_proj = layers.new_linear(S, { label = "embed_proj", inn = m.factor, out = H,
@@ -366,7 +368,7 @@ function D.build(S, m, opts)
       -- peft wraps the tied lm_head Linear too: adapters over the shared weight
       local hlo = not m.factor and lo("lm_head")
       P.head = { w = P.embed, out = m.vocab, inn = H, label = "lm_head",
-        lora = hlo and layers.new_lora(S, H, m.vocab, hlo.r, "lm_head") or nil }
+        lora = hlo and layers.new_lora(S, H, m.vocab, hlo.r, "lm_head", hlo) or nil }
     else
       P.head = lin("lm_head", H, m.vocab, false)
     end

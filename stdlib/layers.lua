@@ -64,7 +64,7 @@ function L.new_linear(S, o)
     end
   end
   if o.bias then lin.b = S:param(out, dt, trainable, label .. ".bias") end
-  if o.lora then lin.lora = L.new_lora(S, inn, out, o.lora.r, label) end
+  if o.lora then lin.lora = L.new_lora(S, inn, out, o.lora.r, label, o.lora) end
   return lin
 end
 
@@ -122,14 +122,26 @@ end
 
 -- peft's adapter pair on a linear of inn -> out: lora_A (r x inn) and
 -- lora_B (out x r), fp32 (get_peft_model's autocast_adapter_dtype).
-function L.new_lora(S, inn, out, r, label)
-  return { a = S:adapter_param(inn * r, FP32, label .. ".lora_A"),
-    b = S:adapter_param(r * out, FP32, label .. ".lora_B"), r = r }
+-- opts.dora: DoRA's magnitude vector (out, fp32, trains); opts.dropout: the
+-- lora_dropout probability (L.linear).
+function L.new_lora(S, inn, out, r, label, opts)
+  opts = opts or {}
+  local lo = { a = S:adapter_param(inn * r, FP32, label .. ".lora_A"),
+    b = S:adapter_param(r * out, FP32, label .. ".lora_B"), r = r,
+    dropout = opts.dropout and opts.dropout > 0 and opts.dropout or nil }
+  if opts.dora then
+    lo.m = S:adapter_param(out, FP32, label .. ".lora_magnitude_vector")
+  end
+  return lo
 end
 
 -- peft's LoRA on an nn.Embedding (vocab x dim): lora_embedding_A (r x vocab)
 -- and lora_embedding_B (dim x r), fp32.
-function L.new_embedding_lora(S, vocab, dim, r, label)
+function L.new_embedding_lora(S, vocab, dim, r, label, opts)
+  if opts and (opts.dora or opts.dropout and opts.dropout > 0) then
+    require("stdlib.errors").input(nil, "run.lora", "DoRA or dropout on an embedding's "
+      .. "adapter is not modelled")
+  end
   return { a = S:adapter_param(vocab * r, FP32, label .. ".lora_embedding_A"),
     b = S:adapter_param(dim * r, FP32, label .. ".lora_embedding_B"), r = r, vocab = vocab }
 end
@@ -198,6 +210,20 @@ function L.linear(S, x, lin, rows)
     base = c
   end
   local x32 = S:to(x, FP32, label .. ".lora_cast")
+  if lo.dropout then
+    local d = L.lora_dropout(S, x32, label)
+    S:drop(x32)
+    x32 = d
+  end
+  if lo.m then
+    if lin.bnb or S.autocast then
+      require("stdlib.errors").input(nil, "run.lora.dora", "DoRA over a quantized base or "
+        .. "under autocast is not modelled")
+    end
+    local rd = L.dora(S, x32, lin, rows)
+    S:drop(x32)
+    return L.lora_add(S, base, rd, label, false, true)
+  end
   local a = matmul(S, x32, lo.a, nil, rows, lo.r, label .. ".lora_A")
   S:drop(x32)
   local bb = matmul(S, a, lo.b, nil, rows, lin.out, label .. ".lora_B")
@@ -205,14 +231,76 @@ function L.linear(S, x, lin, rows)
   return L.lora_add(S, base, bb, label, lin.bnb and not S.autocast)
 end
 
+-- peft's lora_dropout (nn.Dropout, training) on the cast input: CUDA's fused
+-- kernel keeps a bool mask for backward; on CPU torch draws a noise tensor
+-- of the input's dtype (bernoulli_, div_) that the product keeps.
+function L.lora_dropout(S, x, label)
+  local mask = S:new_tensor(x.n, S.cpu and x.dt or "uint8", label .. ".lora_dropout_mask", false)
+  local out = S:new_tensor(x.n, x.dt, label .. ".lora_dropout", S:rg(x))
+  S:node(label .. ".lora_dropout", { mask }, { { x, x.b } }, { out })
+  S:drop(mask)
+  return out
+end
+
+-- peft's DoRA (tuners/lora/dora.py DoraLinearLayer.forward, 0.11-0.12) on
+-- the cast input x (rows x inn, fp32): lora_result = B(A(x)); lora_weight =
+-- B(A(eye(inn))).T (its graph dies with it, no gradient reaches it); the
+-- base weight cast to x's dtype (a copy unless fp32); weight_norm =
+-- ||W + s * lora_weight|| per row, detached; scale = magnitude / norm;
+-- (scale - 1) * F.linear(x, W) + scale * lora_result * s. F.linear keeps
+-- the cast weight for backward, the products keep their operands; the
+-- broadcast products' backward sums a rows x out product into the vector's
+-- gradient. Returns the DoRA term (rows x out, fp32).
+function L.dora(S, x, lin, rows)
+  local lo, label, inn, out = lin.lora, lin.label, lin.inn, lin.out
+  local a = matmul(S, x, lo.a, nil, rows, lo.r, label .. ".lora_A")
+  local lora_result = matmul(S, a, lo.b, nil, rows, out, label .. ".lora_B")
+  S:drop(a)
+  local g = S.grad
+  S.grad = false
+  local eye = S:new_tensor(inn * inn, FP32, label .. ".dora_eye", false)
+  local ea = S:new_tensor(inn * lo.r, FP32, label .. ".dora_eye_A", false)
+  local lw = S:new_tensor(inn * out, FP32, label .. ".dora_lora_weight", false)
+  local w = lin.w.dt == FP32 and S:view(lin.w)
+    or S:new_tensor(inn * out, FP32, label .. ".dora_weight_cast", false)
+  local scaled = S:new_tensor(inn * out, FP32, label .. ".dora_scaled", false)
+  local sum = S:new_tensor(inn * out, FP32, label .. ".dora_weight_sum", false)
+  S:drop(scaled)
+  local norm = S:new_tensor(out, FP32, label .. ".dora_norm", false)
+  S:drop(sum)
+  S.grad = g
+  local scale = S:op(label .. ".dora_scale", out, FP32, { lo.m }, { norm }, { { lo.m, lo.m.b } })
+  S:drop(norm)
+  local lin_out = S:new_tensor(rows * out, FP32, label .. ".dora_linear", S:rg(x))
+  S:node(label .. ".dora_linear", { w }, { { x, x.b } }, { lin_out })
+  local bcast = S:bytes(FP32, rows * out)
+  local m1 = S:op(label .. ".dora_scale_minus_1", out, FP32, { scale }, {},
+    { { scale, alias = 1 } })
+  local p1 = S:op(label .. ".dora_mul_base", rows * out, FP32, { m1, lin_out }, { m1, lin_out },
+    { { m1, m1.b }, { lin_out, lin_out.b } }, nil, bcast)
+  S:drop(m1, lin_out)
+  local p2 = S:op(label .. ".dora_mul_lora", rows * out, FP32, { scale, lora_result },
+    { scale, lora_result }, { { scale, scale.b }, { lora_result, lora_result.b } }, nil, bcast)
+  S:drop(lora_result)
+  local p3 = S:op(label .. ".dora_scaling", rows * out, FP32, { p2 }, {}, { { p2, p2.b } })
+  S:drop(p2)
+  local rd = S:op(label .. ".dora_add", rows * out, FP32, { p1, p3 }, {},
+    { { p1, alias = 1 }, { p3, alias = 1 } })
+  S:drop(p1, p3, eye, ea, lw, w, scale)
+  return rd
+end
+
 -- base + adapter_out * scaling, cast back to base's dtype; lets go of both.
 -- An fp32 adapter output promotes a bf16 base to fp32; under autocast the
 -- adapter's linears run in bf16 and the sum stays bf16. cast_first: the
 -- scaled adapter output is cast to base's dtype before the add (peft's bnb
--- layers outside autocast).
-function L.lora_add(S, base, bb, label, cast_first)
-  local scaled = S:op(label .. ".lora_scale", bb.n, bb.dt, { bb }, {}, { { bb } })
-  S:drop(bb)
+-- layers outside autocast). unscaled: bb is added as it is (DoRA's term).
+function L.lora_add(S, base, bb, label, cast_first, unscaled)
+  local scaled = bb
+  if not unscaled then
+    scaled = S:op(label .. ".lora_scale", bb.n, bb.dt, { bb }, {}, { { bb } })
+    S:drop(bb)
+  end
   if cast_first then
     local c = S:to(scaled, base.dt, label .. ".lora_cast")
     S:drop(scaled)

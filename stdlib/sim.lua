@@ -81,7 +81,7 @@ end
 function Sim:param(n, dt, trainable, label, o)
   local b = self.params_on_tape and (o and o.bytes or self:bytes(dt, n)) or 0
   local p = { id = self.tape:param(b, o and o.cat or "weights", label), n = n, dt = dt, b = b,
-              rg = trainable and true or false, param = true }
+              rg = trainable and true or false, param = true, label = label }
   self.params[#self.params + 1] = p
   if self.on_load and b > 0 then self.on_load(p) end
   return p

@@ -276,8 +276,11 @@ end
 
 -- run.lora: { rank, alpha (default 2 x rank), targets (default: the
 -- attention projections, stdlib/step.lua) }.
+-- dora, dropout, rslora and modules_to_save as peft's LoraConfig has them
+-- (use_dora, lora_dropout, use_rslora; stdlib/layers.lua).
 local function read_lora(lo, where)
-  check_keys(lo, { rank = 1, alpha = 1, targets = 1 }, where, "run.lora.")
+  check_keys(lo, { rank = 1, alpha = 1, targets = 1, dora = 1, dropout = 1, rslora = 1,
+    modules_to_save = 1 }, where, "run.lora.")
   local lr = cfgutil.reader(lo, where, "run.lora.")
   if lo.targets ~= nil and lo.targets ~= "all-linear" then
     M.names(lo.targets, where, "run.lora.targets")
@@ -286,6 +289,16 @@ local function read_lora(lo, where)
     lr:num("alpha", 2 * lr:int("rank"))) or { r = lr:int("rank"),
     alpha = lr:num("alpha", 2 * lr:int("rank")), targets = lo.targets }
   r.where = where
+  r.dora = lr:bool("dora", false)
+  r.dropout = lr:num("dropout", 0)
+  if r.dropout < 0 or r.dropout >= 1 then
+    errors.input(where, "run.lora.dropout", "must be in [0, 1), got " .. tostring(r.dropout))
+  end
+  lr:bool("rslora", false) -- scaling alpha / sqrt(rank): the same tensors, no bytes change
+  if lo.modules_to_save ~= nil then
+    M.names(lo.modules_to_save, where, "run.lora.modules_to_save")
+    r.modules_to_save = lo.modules_to_save
+  end
   return r
 end
 

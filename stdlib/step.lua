@@ -34,6 +34,8 @@ local function policies(run)
   local frozen = {}
   for _, f in ipairs(run.frozen or {}) do frozen[f] = true end
   local lo = run.lora
+  local save = {}
+  for _, m in ipairs(lo and lo.modules_to_save or {}) do save[m] = true end
   local targets, seen = {}, {}
   if lo and lo.targets ~= "all-linear" then
     for _, t in ipairs(lo.targets) do targets[t] = true end
@@ -43,14 +45,14 @@ local function policies(run)
     if not lo or frozen[part] then return nil end -- a frozen tower gets no adapters
     if lo.targets == "all-linear" then
       -- embed_tokens and lm_head are queried too; all-linear skips both
-      return LINEAR_LEAVES[name] and { r = lo.r } or nil
+      return LINEAR_LEAVES[name] and { r = lo.r, dora = lo.dora, dropout = lo.dropout } or nil
     end
     if targets[name] then
       if name == "classifier" then
         errors.input(lo.where, "run.lora.targets", "'classifier' trains in full "
           .. "(peft's modules_to_save), it takes no adapter")
       end
-      return { r = lo.r }
+      return { r = lo.r, dora = lo.dora, dropout = lo.dropout }
     end
   end
   local function check()
@@ -71,6 +73,7 @@ local function policies(run)
   end
   return function(part)
     local function trainable(name)
+      if lo and save[name] then return true end -- peft's trainable copy (modules_to_save)
       if lo and not (part == "head" and name == "classifier") then return false end
       if frozen[part] then return false end
       if name == "embed_tokens" and frozen.embeddings then return false end
@@ -80,6 +83,34 @@ local function policies(run)
   end, check
 end
 M.policies = policies
+
+-- peft's modules_to_save: the named module trains as a copy (its parameters
+-- here, made trainable by policies) while the original stays beside it,
+-- frozen: one more copy of its bytes. A tied embedding/head pair is not
+-- modelled (peft unties them).
+function M.modules_to_save(S, run, all)
+  local lo = run.lora
+  for i, name in ipairs(lo and lo.modules_to_save or {}) do
+    local field = "run.lora.modules_to_save[" .. i .. "]"
+    if run.text and run.text.tie and (name == "embed_tokens" or name == "lm_head") then
+      errors.input(lo.where or run.id, field, "'" .. name .. "' of a model with tied "
+        .. "embeddings is not modelled (peft's copy unties them)")
+    end
+    local found, known = false, {}
+    for _, p in ipairs(all) do
+      if p.label then known[#known + 1] = p.label end
+      if p.label == name or (p.label or ""):sub(1, #name + 1) == name .. "." then
+        found = true
+        if p.b > 0 then S.tape:alloc(p.b, "weights", p.label .. ".original_module") end
+      end
+    end
+    if not found then
+      local hint = errors.suggest(name, known)
+      errors.input(lo.where or run.id, field, ("no module named '%s' in this model%s"):format(
+        name, hint and ("; did you mean '" .. hint .. "'?") or ""))
+    end
+  end
+end
 
 -- Every parameter tensor the tape knows, in creation order, that trains.
 local function trainable_params(S, all)
@@ -177,6 +208,7 @@ function M.simulate(family, run)
   load.finish(S, run)
   tape:phase("setup") -- adapters, optimizer state, inputs
   S:flush_adapters()
+  M.modules_to_save(S, run, all)
   check()
   local train = run.mode == "train"
   local trainable = trainable_params(S, all)

@@ -61,7 +61,9 @@ function M.normalize(case, where, families)
     grad_sum = "out_of_place",
   }
   if run.lora then
-    f.lora = { r = run.lora.r, alpha = run.lora.alpha, targets = run.lora.targets }
+    f.lora = { r = run.lora.r, alpha = run.lora.alpha, targets = run.lora.targets,
+      dora = run.lora.dora and true or false, dropout = run.lora.dropout or 0,
+      modules_to_save = run.lora.modules_to_save }
   end
   -- QLoRA cases (tests/truth/cases_qlora.json): bitsandbytes nf4 linears
   -- computing in the model dtype, the head unquantized

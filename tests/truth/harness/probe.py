@@ -370,7 +370,11 @@ def measure(case):
             wrapped = bnb_ref.qlora(model, run["quant"], lora, quantized=bool(load))
         elif lora:
             wrapped = ref.add_lora(model, int(lora["r"]), float(lora.get("alpha") or 2 * lora["r"]),
-                                   lora.get("targets") or ["q_proj", "k_proj", "v_proj", "o_proj"])
+                                   lora.get("targets") or ["q_proj", "k_proj", "v_proj", "o_proj"],
+                                   dropout=float(lora.get("dropout") or 0.0),
+                                   rslora=bool(lora.get("rslora")), dora=bool(lora.get("dora")))
+            for name in lora.get("modules_to_save") or []:
+                ref.modules_to_save(model, name)
             if family == "vit":  # the classifier trains in full
                 model.classifier.requires_grad_(True)
         ref.freeze(model, run.get("frozen") or [])

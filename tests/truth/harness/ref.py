@@ -31,6 +31,7 @@ op sequences below are unchanged in 5.x unless said otherwise):
   LoRA                           peft tuners/lora/layer.py Linear.forward (dropout 0)
   KV cache                       cache_utils.DynamicCache (torch.cat per layer and step)
 """
+import copy
 import math
 
 import torch
@@ -859,33 +860,60 @@ class VLM(nn.Module):
 
 # ----------------------------------------------------------------------------- LoRA
 class LoraLinear(nn.Module):
-    """peft lora.Linear, one adapter, dropout 0. Adapters stay fp32 for bf16 bases
-    (autocast_adapter_dtype=True): the input is cast to fp32, the sum cast back."""
+    """peft lora.Linear, one adapter. Adapters stay fp32 for bf16 bases
+    (autocast_adapter_dtype=True): the input is cast to fp32, the sum cast back.
+    dropout > 0: nn.Dropout on the cast input (peft's lora_dropout). rslora: scaling
+    alpha / sqrt(r) (use_rslora; the same tensors). dora: peft tuners/lora/dora.py
+    DoraLinearLayer (0.11-0.12: the base product recomputed as F.linear(x, W.to(x.dtype)),
+    lora_weight from lora_B(lora_A(eye)), the weight norm detached), its magnitude an fp32
+    vector of out_features."""
 
-    def __init__(self, base, r, alpha):
+    def __init__(self, base, r, alpha, dropout=0.0, rslora=False, dora=False):
         super().__init__()
         self.base_layer = base
         self.lora_A = nn.Linear(base.in_features, r, bias=False)
         self.lora_B = nn.Linear(r, base.out_features, bias=False)
         nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))
         nn.init.zeros_(self.lora_B.weight)
-        self.scaling = alpha / r
+        self.scaling = alpha / math.sqrt(r) if rslora else alpha / r
+        self.lora_dropout = nn.Dropout(dropout) if dropout else nn.Identity()
+        self.dora = dora
+        if dora:  # DoraLinearLayer._update_layer: ||W + s * B @ A|| per row (B = 0 at init)
+            w = base.weight.detach().float()
+            self.lora_magnitude_vector = nn.Parameter(torch.linalg.norm(w, dim=1))
 
     def forward(self, x):
         y = self.base_layer(x)
         dt = y.dtype
         if x.dtype != self.lora_A.weight.dtype:
             x = x.to(dtype=self.lora_A.weight.dtype)
-        y = y + self.lora_B(self.lora_A(x)) * self.scaling
+        if self.dora:
+            x = self.lora_dropout(x)
+            y = y + self._dora(x)
+        else:
+            y = y + self.lora_B(self.lora_A(self.lora_dropout(x))) * self.scaling
         return y.to(dt)
+
+    def _dora(self, x):
+        lora_result = self.lora_B(self.lora_A(x))
+        x_eye = torch.eye(self.lora_A.weight.shape[1], dtype=x.dtype)
+        lora_weight = self.lora_B(self.lora_A(x_eye)).T
+        magnitude = self.lora_magnitude_vector
+        weight = self.base_layer.weight.to(x.dtype)
+        w = weight + self.scaling * lora_weight.detach()
+        weight_norm = torch.linalg.norm(w, dim=1).to(w.dtype)
+        del w
+        weight_norm = weight_norm.detach()
+        mag_norm_scale = (magnitude / weight_norm).view(1, -1)
+        return (mag_norm_scale - 1) * (F.linear(x, weight)) + mag_norm_scale * lora_result * self.scaling
 
 
 HEADS = ("lm_head", "classifier")
 
 
-def add_lora(model, r, alpha, targets):
+def add_lora(model, r, alpha, targets, **variant):
     """peft target matching by leaf name; 'all-linear' = every Linear but the output head.
-    Freezes every base parameter."""
+    Freezes every base parameter. variant: dropout, rslora, dora (LoraLinear)."""
     for p in model.parameters():
         p.requires_grad_(False)
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)
@@ -893,8 +921,30 @@ def add_lora(model, r, alpha, targets):
     for n in names:
         parent, _, leaf = n.rpartition(".")
         owner = model.get_submodule(parent) if parent else model
-        setattr(owner, leaf, LoraLinear(getattr(owner, leaf), r, alpha))
+        setattr(owner, leaf, LoraLinear(getattr(owner, leaf), r, alpha, **variant))
     return names
+
+
+class ModulesToSave(nn.Module):
+    """peft's ModulesToSaveWrapper: the original module kept (frozen) beside a trainable
+    deep copy, which the forward uses."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.original_module = module
+        self.modules_to_save = copy.deepcopy(module)
+        self.modules_to_save.requires_grad_(True)
+
+    def forward(self, *args):
+        return self.modules_to_save(*args)
+
+
+def modules_to_save(model, leaf):
+    """Wraps the module named `leaf` (peft modules_to_save)."""
+    name = next(n for n, _ in model.named_modules() if n.split(".")[-1] == leaf)
+    parent, _, child = name.rpartition(".")
+    owner = model.get_submodule(parent) if parent else model
+    setattr(owner, child, ModulesToSave(getattr(owner, child)))
 
 
 def freeze(model, parts):
