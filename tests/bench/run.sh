@@ -55,9 +55,10 @@ echo "  the built-in Lua parsed as text (VRAMLUA_SOURCE_ONLY=1): estimate" \
   examples/specs/qwen2_5_1_5b_full.yaml --json), precompiled: $(wall "$V" estimate \
   examples/specs/qwen2_5_1_5b_full.yaml --json)"
 
-"$V" run "$HERE/primitives.lua" "$SECS"
+# the in-process figures take SECONDS each, past the default 10 s budget
+"$V" --max-seconds 3600 run "$HERE/primitives.lua" "$SECS"
 
-"$V" run "$HERE/estimates.lua" "$SECS"
+"$V" --max-seconds 3600 run "$HERE/estimates.lua" "$SECS"
 
 # 4. the same decoder, the same run: Qwen2.5-1.5B (28 layers, 12 heads, 2 KV
 # heads, hidden 1536, FFN 8960, vocab 151936), batch 4 x 1024, bf16, flash
@@ -70,7 +71,7 @@ if [ ! -x /usr/bin/python3 ]; then
 elif ! "${PEER[@]}" --once 0 "${PEER_ARGS[@]}" >/dev/null 2>"$D/peer.err"; then
   echo "llm-analysis: skipped, it failed: $(tail -1 "$D/peer.err")"
 else
-  ours=$("$V" run "$HERE/peer.lua" "$SPEC" "$SECS")
+  ours=$("$V" --max-seconds 3600 run "$HERE/peer.lua" "$SPEC" "$SECS")
   line=$("${PEER[@]}" "$SECS" "${PEER_ARGS[@]}" 2>/dev/null | tail -1)
   theirs=$(echo "$line" | sed -n 's/.*: \([0-9.]*\) us per estimate.*/\1/p')
   echo "one estimate in-process, $SPEC: vramlua $ours us (simulated op by op)," \
