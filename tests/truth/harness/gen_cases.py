@@ -149,6 +149,11 @@ def new_family_cases():
     qmoe = dict(base, model_type="qwen3_moe", intermediate_size=768, moe_intermediate_size=256,
                 num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, tie_word_embeddings=True,
                 qk_norm=True)
+    # every layer sparse (decoder_sparse_step 1, no mlp_only_layers), q/k/v biases
+    q2moe = dict(base, model_type="qwen2_moe", intermediate_size=768, moe_intermediate_size=256,
+                 shared_expert_intermediate_size=512, num_experts=8, num_experts_per_tok=2,
+                 norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[], qkv_bias=True,
+                 tie_word_embeddings=False, qk_norm=False)
     gemma = dict(base, model_type="gemma2", intermediate_size=768, hidden_act="gelu_pytorch_tanh",
                  query_pre_attn_scalar=64, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
                  sliding_window=128, tie_word_embeddings=True, qk_norm=False, rope_theta=10000.0)
@@ -177,6 +182,11 @@ def new_family_cases():
         ("n11_qwen25vl_vit_fp32_adamw", "vit", qvit, run(2, None)),
         ("n12_qwen25vl_vit_bf16_infer", "vit", qvit, run(2, None, "bfloat16", opt="none")),
         ("n13_qwen25vl_vit_mixed_ckpt", "vit", qvit, run(2, None, "bfloat16", "mixed", ckpt=True)),
+        ("n14_qwen2moe_fp32_adamw", "decoder", q2moe, run(2, 256)),
+        ("n15_qwen2moe_bf16_infer", "decoder", q2moe, run(2, 512, "bfloat16", opt="none")),
+        ("n16_qwen2moe_bf16_lora_ckpt", "decoder", q2moe,
+         run(2, 256, "bfloat16", ckpt=True, lora={"r": 8, "alpha": 16, "targets": QKVO, "dropout": 0.0})),
+        ("n17_qwen2moe_fp32_gen", "decoder", q2moe, run(2, 256, opt="none", gen=8)),
     ]
 
 

@@ -199,6 +199,8 @@ class SelfAttention(nn.Module):
         mt = cfg.get("model_type", "llama")
         if mt == "qwen2":
             qkv_b, o_b = True, False
+        elif mt == "qwen2_moe":  # Qwen2MoeAttention: q/k/v bias from config.qkv_bias
+            qkv_b, o_b = bool(g(cfg, "qkv_bias", True)), False
         else:
             qkv_b = o_b = bool(cfg.get("attention_bias", False))
         self.q_proj = nn.Linear(D, nh * hd, bias=qkv_b)
@@ -256,7 +258,10 @@ class MixtralExpert(nn.Module):
 
 
 class SparseMoe(nn.Module):
-    """MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock (norm_topk_prob switch)."""
+    """MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock (norm_topk_prob switch) /
+    Qwen2MoeSparseMoeBlock (modeling_qwen2_moe.py: a shared expert of
+    shared_expert_intermediate_size, weighted by sigmoid(shared_expert_gate(x)) and
+    added after the routed experts)."""
 
     def __init__(self, cfg):
         super().__init__()
@@ -270,6 +275,10 @@ class SparseMoe(nn.Module):
         a = g(cfg, "hidden_act", "silu")
         self.experts = nn.ModuleList(
             [MixtralExpert(D, I, a) if mixtral else GatedMLP(D, I, a) for _ in range(self.E)])
+        self.shared_expert = None
+        if cfg["model_type"] == "qwen2_moe":
+            self.shared_expert = GatedMLP(D, cfg["shared_expert_intermediate_size"], a)
+            self.shared_expert_gate = nn.Linear(D, 1, bias=False)
 
     def forward(self, x):
         b, t, d = x.shape
@@ -287,6 +296,10 @@ class SparseMoe(nn.Module):
             slot, rows = torch.where(mask[e].squeeze(0))
             y = self.experts[e](x[None, rows].reshape(-1, d)) * w[rows, slot, None]
             out.index_add_(0, rows, y.to(x.dtype))
+        if self.shared_expert is not None:
+            shared = self.shared_expert(x)
+            shared = F.sigmoid(self.shared_expert_gate(x)) * shared
+            out = out + shared
         return out.reshape(b, t, d)
 
 
@@ -298,7 +311,7 @@ class DecoderLayer(nn.Module):
         self.sandwich = gem
         self.sliding = gem and idx % 2 == 0  # Gemma2: even layers slide
         self.self_attn = SelfAttention(cfg, idx)
-        if cfg.get("model_type") in ("mixtral", "qwen3_moe"):
+        if cfg.get("model_type") in ("mixtral", "qwen3_moe", "qwen2_moe"):
             self.mlp = SparseMoe(cfg)
         else:
             self.mlp = GatedMLP(D, cfg["intermediate_size"], g(cfg, "hidden_act", "silu"),
