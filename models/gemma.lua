@@ -3,7 +3,7 @@
 -- attention_bias), gate/up/down without bias, GemmaRMSNorm(weight),
 -- head_dim from the config (GemmaConfig default 256; Gemma-2B: 8 heads x 256
 -- = hidden 2048, one KV head: multi-query attention). Counted and simulated
--- through models/decoder.lua (its gemma variant).
+-- through models/decoder.lua from F.decoders.gemma below.
 local decoder = require("models.decoder")
 local causal = require("models.causal_lm")
 
