@@ -36,6 +36,7 @@ function R.budget(st, run, gpu_name)
       b.assumptions[1] = ("XLA's pool: %s=%g of the device"):format(fw.env.fraction, rules.fraction)
     end
     b.assumptions[#b.assumptions + 1] = xla.donation_note(rules)
+    if run.ckpt and fw.remat then b.assumptions[#b.assumptions + 1] = fw.remat end
     local t = xla.terms(st)
     if t then
       b.xla = { argument_size_in_bytes = t.arguments, output_size_in_bytes = t.outputs,

@@ -47,5 +47,11 @@ return {
     "jitted step: the loss's elementwise chain (log_softmax x one_hot / take_along_axis) "
       .. "fuses into its reductions; the logits and one B x T x V gradient of them are kept",
     "jitted step: the optimizer update fuses into the writes of the new state",
+    "jitted step: buffers live in the simulator's op order (XLA's scheduler may reorder them; "
+      .. "its temporaries share one heap-simulated allocation)",
   },
+  -- printed when the run recomputes (stdlib/report.lua)
+  remat = "grad_checkpointing = jax.checkpoint(policy=nothing_saveable) around each "
+    .. "checkpointed decoder layer; other policies (dots_saveable, save_only_these_names) "
+    .. "are not modelled",
 }

@@ -79,6 +79,16 @@ function tests.the_pool_is_the_fraction_of_the_device_and_a_run_can_raise_it()
   T.eq(grow.headroom_bytes, b.headroom_bytes, "the fraction still caps the BFC allocator")
 end
 
+function tests.a_jitted_budget_says_how_it_recomputes_and_donates()
+  local st = { peak = 1 << 30, peak_reserved = 1 << 30, at_peak = {}, phase_peaks = {} }
+  local text = table.concat(report.budget(st, run_of({ grad_checkpointing = "full" }),
+    "h100-80gb").assumptions, "\n")
+  T.ok(text:find("jax.checkpoint(policy=nothing_saveable)", 1, true) ~= nil, text)
+  T.ok(text:find("jit without donate_argnums", 1, true) ~= nil, text)
+  local plain = table.concat(report.budget(st, run_of(), "h100-80gb").assumptions, "\n")
+  T.ok(plain:find("jax.checkpoint", 1, true) == nil, "no recompute, no remat line")
+end
+
 function tests.xla_settings_are_checked()
   T.raises(function() run_of({ framework = "pytorch", xla = { donate = true } }) end,
     "applies to a jitted framework")
