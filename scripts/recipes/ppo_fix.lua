@@ -227,12 +227,12 @@ print("  eager attention as the simulator's ops (the code computes B x heads x T
 print("  staged vision arrays in the batch; their in-program bf16 casts are not modelled")
 print("  the rollout (sampling) is another jitted program and is not simulated here")
 print()
-print(("%-44s %7s %10s %10s   %s"):format("change (alone)", "img tok", "needs GiB",
+print(("%-48s %7s %10s %10s   %s"):format("change (alone)", "img tok", "needs GiB",
   "saves GiB", "verdict in its pool (headroom GiB)"))
 local function line(name, k)
   local st = simulate(k)
   local p = pool(k.fraction)
-  print(("%-44s %7d %10.2f %10.2f   %s (%+.2f)"):format(name, st.n_img, st.peak / GiB,
+  print(("%-48s %7d %10.2f %10.2f   %s (%+.2f)"):format(name, st.n_img, st.peak / GiB,
     (base.peak - st.peak) / GiB, st.peak <= p and "fits" or "NO", (p - st.peak) / GiB))
 end
 line("as the code runs it (fp32 params, bf16 compute)", BASE)
