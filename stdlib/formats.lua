@@ -593,6 +593,12 @@ function M.load_run(path, a, registry)
       errors.usage(path .. " is a run spec already: --model and --explain apply to other "
         .. "tools' configs")
     end
+    -- a run spec says its layout in parallel:; only fit reads --gpus as one
+    if (a.gpus or 0) > 0 and not a.gpus_layout then
+      errors.usage(path .. " is a run spec: --gpus gives another tool's config its world size; "
+        .. "write the layout in parallel: (dp: " .. a.gpus .. "), or search layouts with "
+        .. "`vramlua fit SPEC --gpu NAME --gpus " .. a.gpus .. "`")
+    end
     return nil, nil, doc
   end
   M.resolve_model(tr, opts)

@@ -58,6 +58,7 @@ if knob and (a.gpus or 0) > 0 then errors.usage("fit --vary prices the spec's ow
   .. "give it a parallel: table instead of --gpus") end
 -- --json keeps stdout one JSON document: the translation's notes go to it
 local say = a.json and function() end or print
+a.gpus_layout = true -- --gpus is fit's own option on a run spec (--knobs, layouts)
 local run, tr = require("stdlib.formats").command_run(path, a, require("models.registry"),
   nil, a.json)
 if not run then return end

@@ -233,6 +233,10 @@ t "an expert-parallel MoE run has per_rank" 0 '"inflight_microbatches"' \
   '"$V" estimate "$EX/qwen3_30b_a3b_ep8_8gpu.yaml" --json'
 t "fit --gpus lists layouts"              0 "layouts of 8 GPUs fit" \
   '"$V" fit "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml" --gpu h100-80gb --gpus 8'
+t "estimate --gpus on a run spec is refused, not ignored" 2 "is a run spec: --gpus gives another tool's config its world size" \
+  '"$V" estimate "$EX/qwen2_5_1_5b_full.yaml" --gpus 8'
+t "sweep --gpus on a run spec is refused, not ignored" 2 "write the layout in parallel: (dp: 4)" \
+  '"$V" sweep "$EX/qwen2_5_1_5b_full.yaml" --batch 1,2 --gpus 4'
 t "fit needs a mode"                      2 "fit needs --vary KNOB, --knobs or --gpus N" \
   '"$V" fit "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml" --gpu h100-80gb'
 t "a misspelt parallel key is named"      1 "parallel.zer: unknown field; did you mean 'zero'?" \
