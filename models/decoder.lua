@@ -273,6 +273,9 @@ end
 function D.build(S, m, opts)
   local dt, H, hd = opts.dt, m.hidden, m.head_dim
   local tr, lo, quant = opts.trainable, opts.lora, opts.quant
+  -- peft's prepare_model_for_kbit_training casts every parameter that is not
+  -- quantized (embeddings, norms, the head, biases) to fp32
+  if quant and quant.prepare then dt = "fp32" end
   local stage = opts.stage or { embed = true, head = true }
   local P = { m = m, layers = {} }
   if stage.embed or (stage.head and m.tie) then

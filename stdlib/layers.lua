@@ -53,6 +53,7 @@ function L.new_linear(S, o)
   lin.w.rows = out
   if quant and (not quant.ckpt or quant.dequant) then
     lin.dequant = S:bytes(quant.compute, inn * out)
+    lin.compute = quant.compute
     if BNB4[quant.store] and not quant.master then
       lin.bnb = true
       if quant.store == "nf4_dq" then -- dequantize_blockwise's fp32 absmax
@@ -189,7 +190,12 @@ function L.linear(S, x, lin, rows)
   local base
   if lin.dequant then
     -- the dequantized weight lives until the matmul has written its output;
-    -- the rebuilt absmax only while the weight is dequantized
+    -- the rebuilt absmax only while the weight is dequantized.
+    -- Linear4bit.forward casts x to its compute dtype and the output back to
+    -- x's (fp32 after prepare_model_for_kbit_training); the adapters below
+    -- read the uncast x
+    local x0 = x
+    if lin.bnb and x.dt ~= lin.compute then x = S:to(x, lin.compute, label .. ".cast_compute") end
     if lin.absmax then S:temp(lin.absmax + lin.dequant, label .. ".dequantize_absmax") end
     base = S:new_tensor(rows * lin.out, x.dt, label, S:rg(x, lin.w, lin.b))
     S:temp(lin.dequant, label .. ".dequantize")
@@ -198,6 +204,13 @@ function L.linear(S, x, lin, rows)
       if lin.b then edges[3] = { lin.b, lin.b.b } end
       local saved = (lin.w.rg or lin.bnb and x.rg) and { x, lin.w } or { lin.w }
       S:node(label, saved, edges, { base }, lin.dequant)
+    end
+    if x ~= x0 then
+      S:drop(x)
+      x = x0
+      local back = S:to(base, x.dt, label .. ".cast_back")
+      S:drop(base)
+      base = back
     end
   else
     base = matmul(S, x, lin.w, lin.b, rows, lin.out, label)

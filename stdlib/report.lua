@@ -49,9 +49,11 @@ function R.budget(st, run, gpu_name)
   if q and not q.master and require("stdlib.layers").BNB4[q.store] then
     b.assumptions[#b.assumptions + 1] = ("bitsandbytes 4-bit (%s): every decoder projection "
       .. "is a Linear4bit computing in %s, dequantized per matmul in forward and backward; "
-      .. "lm_head, embeddings and norms stay %s (transformers' default; no "
-      .. "prepare_model_for_kbit_training fp32 casts)"):format(q.store, q.compute,
-      run.param_dtype or q.compute)
+      .. "lm_head, embeddings and norms %s"):format(q.store, q.compute,
+      q.prepare and ("fp32 (peft's prepare_model_for_kbit_training: the residual stream, "
+        .. "attention and logits in fp32, each 4-bit matmul's input cast to " .. q.compute
+        .. ")") or ("stay " .. (run.param_dtype or q.compute) .. " (transformers' default; no "
+        .. "prepare_model_for_kbit_training)"))
   end
   -- the load phase (stdlib/load.lua): its own peak, and whether it is the run's
   b.load = require("stdlib.load").summary(st, run)

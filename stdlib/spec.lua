@@ -180,7 +180,7 @@ end
 -- The spec's default is bf16 parameters computing in bf16.
 local function read_precision(prec, where)
   check_keys(prec, { params = 1, compute = 1, master = 1, grads = 1, weights = 1,
-    forward_weights = 1, dequantize = 1 }, where, "run.precision.")
+    forward_weights = 1, dequantize = 1, kbit_prepare = 1 }, where, "run.precision.")
   local pdt = dtype(where, "run.precision.params", prec.params, "bf16")
   local mixed = prec.master ~= nil and prec.master ~= "none"
   local compute = dtype(where, "run.precision.compute", prec.compute, pdt)
@@ -347,6 +347,15 @@ local function read_quant(prec, r, cfg, path, where)
     end
     local d = require("stdlib.quant").read(qc, path)
     q = { ckpt = d, store = d.store, compute = r.dtype, dequant = d.method == "bitsandbytes" }
+  end
+  -- peft's prepare_model_for_kbit_training (axolotl and TRL call it for
+  -- QLoRA): the unquantized parameters in fp32 (models/decoder.lua)
+  if cfgutil.reader(prec, where, "run.precision."):bool("kbit_prepare", false) then
+    if not (q and require("stdlib.layers").BNB4[q.store] and not q.master) then
+      errors.input(where, "run.precision.kbit_prepare", "needs bitsandbytes 4-bit weights "
+        .. "(precision.weights: nf4 or nf4_dq, or a bitsandbytes checkpoint)")
+    end
+    q.prepare = true
   end
   return q
 end

@@ -68,7 +68,8 @@ function M.normalize(case, where, families)
   -- QLoRA cases (tests/truth/cases_qlora.json): bitsandbytes nf4 linears
   -- computing in the model dtype, the head unquantized
   if run.quant then
-    f.quant = { store = run.quant.double_quant and "nf4_dq" or "nf4", compute = dt }
+    f.quant = { store = run.quant.double_quant and "nf4_dq" or "nf4", compute = dt,
+      prepare = run.quant.prepare or nil }
   end
   -- load cases (tests/truth/cases_load.json): the checkpoint's dtype and cast
   if run.load then

@@ -204,7 +204,9 @@ function M.translate(c, doc)
   if adapter == "qlora" or c.in4 then
     run.precision.weights = "nf4_dq"
     run.precision.params = half or "bf16"
-    c:assume("4-bit weights: bitsandbytes NF4 with double quantization (axolotl's QLoRA)")
+    run.precision.kbit_prepare = true
+    c:assume("4-bit weights: bitsandbytes NF4 with double quantization (axolotl's QLoRA), "
+      .. "prepared by peft's prepare_model_for_kbit_training (unquantized parameters fp32)")
   elseif c.in8 then
     run.precision.weights = "int8"
   elseif c.gptq then

@@ -183,6 +183,9 @@ function M.translate(c, doc)
     if t.in4 then
       cc.run.precision.weights = (t.quant_type == "fp4") and "int4" or (t.nested and "nf4_dq"
         or "nf4")
+      -- SFTTrainer prepares a k-bit model for its adapters (peft's
+      -- prepare_model_for_kbit_training: the unquantized parameters in fp32)
+      cc.run.precision.kbit_prepare = t.quant_type ~= "fp4" or nil
     elseif t.in8 then
       cc.run.precision.weights = "int8"
     end

@@ -74,7 +74,8 @@ return {
     T.eq(r.batch, 2, "micro_batch_size")
     T.eq(r.grad_accum, 4)
     T.eq(r.seq, 4096, "sequence_len")
-    T.eq(r.precision, { params = "bf16", weights = "nf4_dq" }, "bf16 auto + load_in_4bit")
+    T.eq(r.precision, { params = "bf16", weights = "nf4_dq", kbit_prepare = true },
+      "bf16 auto + load_in_4bit, prepared for k-bit training")
     T.eq(r.lora, { rank = 32, alpha = 16, targets = "all-linear" }, "lora_r, lora_target_linear")
     T.eq(r.optimizer, { name = "adam8bit" }, "paged_adamw_8bit")
     T.eq(r.grad_checkpointing, "full")

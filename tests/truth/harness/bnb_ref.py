@@ -183,6 +183,14 @@ def qlora(model, quant, lora, quantized=False):
         parent, _, leaf = n.rpartition(".")
         owner = model.get_submodule(parent) if parent else model
         setattr(owner, leaf, Linear4bit(getattr(owner, leaf), dq))
+    if quant.get("prepare"):
+        # peft prepare_model_for_kbit_training: "cast all non INT8 parameters to fp32"
+        # (embeddings, norms, the head, biases; the packed weights are uint8). The
+        # Linear4bit layers keep computing in the dtype they were built with and cast
+        # their output back to the (now fp32) input's dtype.
+        for p in model.parameters():
+            if p.dtype in (torch.float16, torch.bfloat16):
+                p.data = p.data.to(torch.float32)
     targets = (lora or {}).get("targets") or ["q_proj", "k_proj", "v_proj", "o_proj"]
     wrapped = []
     if lora:

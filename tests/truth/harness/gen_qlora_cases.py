@@ -25,12 +25,13 @@ def qwen2(h, layers, heads, kv, inter, vocab):
     return c
 
 
-def run(b, t, r, targets, dq=False, ckpt=False, dtype="bfloat16"):
+def run(b, t, r, targets, dq=False, ckpt=False, dtype="bfloat16", prepare=False):
     return {"batch": b, "seq": t, "dtype": dtype, "precision_mode": "pure", "optimizer": "adamw",
             "foreach": False, "lr": 0.0001, "weight_decay": 0.01, "grad_ckpt": ckpt,
             "loss_variant": "ce", "lora": {"r": r, "alpha": 2 * r, "targets": targets,
                                            "dropout": 0.0},
-            "quant": {"type": "nf4", "double_quant": dq}, "frozen": [], "generate_tokens": 0}
+            "quant": dict({"type": "nf4", "double_quant": dq}, **({"prepare": True} if prepare else {})),
+            "frozen": [], "generate_tokens": 0}
 
 
 CASES = [
@@ -43,6 +44,14 @@ CASES = [
     ("q05_qwen2_qlora_qkvo_bf16", qwen2(384, 3, 6, 2, 1024, 16000), run(4, 64, 8, QKVO)),
     ("q06_llama_qlora_all_fp32", llama(256, 3, 4, 4, 688, 4000), run(2, 96, 8, "all-linear",
                                                                       dtype="float32")),
+    # peft prepare_model_for_kbit_training: every non-quantized parameter cast to fp32, so
+    # the residual stream, attention and logits run in fp32 around bf16 4-bit matmuls
+    ("q07_llama_qlora_prepared_qkvo_bf16", llama(512, 4, 8, 2, 1408, 8000),
+     run(2, 128, 16, QKVO, prepare=True)),
+    ("q08_llama_qlora_prepared_all_dq_bf16", llama(512, 3, 8, 2, 1408, 8000),
+     run(2, 128, 16, "all-linear", dq=True, prepare=True)),
+    ("q09_qwen2_qlora_prepared_qkvo_bf16", qwen2(384, 3, 6, 2, 1024, 16000),
+     run(4, 64, 8, QKVO, prepare=True)),
 ]
 
 
