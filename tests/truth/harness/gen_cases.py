@@ -154,6 +154,9 @@ def new_family_cases():
                  shared_expert_intermediate_size=512, num_experts=8, num_experts_per_tok=2,
                  norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[], qkv_bias=True,
                  tie_word_embeddings=False, qk_norm=False)
+    olmoe = dict(base, model_type="olmoe", intermediate_size=256, num_experts=8,
+                 num_experts_per_tok=2, norm_topk_prob=False, tie_word_embeddings=False,
+                 qk_norm=False, rms_norm_eps=1e-5)
     gemma = dict(base, model_type="gemma2", intermediate_size=768, hidden_act="gelu_pytorch_tanh",
                  query_pre_attn_scalar=64, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
                  sliding_window=128, tie_word_embeddings=True, qk_norm=False, rope_theta=10000.0)
@@ -187,6 +190,10 @@ def new_family_cases():
         ("n16_qwen2moe_bf16_lora_ckpt", "decoder", q2moe,
          run(2, 256, "bfloat16", ckpt=True, lora={"r": 8, "alpha": 16, "targets": QKVO, "dropout": 0.0})),
         ("n17_qwen2moe_fp32_gen", "decoder", q2moe, run(2, 256, opt="none", gen=8)),
+        ("n18_olmoe_fp32_adamw", "decoder", olmoe, run(2, 256)),
+        ("n19_olmoe_mixed_infer", "decoder", olmoe, run(2, 512, "bfloat16", "mixed", opt="none")),
+        ("n20_olmoe_bf16_lora_all", "decoder", olmoe,
+         run(2, 256, "bfloat16", lora={"r": 8, "alpha": 16, "targets": "all-linear", "dropout": 0.0})),
     ]
 
 

@@ -208,6 +208,12 @@ class SelfAttention(nn.Module):
         self.v_proj = nn.Linear(D, nkv * hd, bias=qkv_b)
         self.o_proj = nn.Linear(nh * hd, D, bias=o_b)
         self.qk_norm = bool(g(cfg, "qk_norm", mt in ("qwen3", "qwen3_moe")))
+        # OlmoeAttention: q_norm/k_norm over the whole projection, before the head view
+        self.full_qk_norm = mt == "olmoe"
+        if self.full_qk_norm:
+            self.qk_norm = False
+            self.q_norm = RMSNorm(nh * hd, g(cfg, "rms_norm_eps", 1e-5))
+            self.k_norm = RMSNorm(nkv * hd, g(cfg, "rms_norm_eps", 1e-5))
         if self.qk_norm:
             self.q_norm = RMSNorm(hd, g(cfg, "rms_norm_eps", 1e-6))
             self.k_norm = RMSNorm(hd, g(cfg, "rms_norm_eps", 1e-6))
@@ -219,7 +225,11 @@ class SelfAttention(nn.Module):
 
     def forward(self, x, rope, mask, cache=None):
         shape = (*x.shape[:-1], -1, self.hd)
-        q, k = self.q_proj(x).view(shape), self.k_proj(x).view(shape)
+        if self.full_qk_norm:
+            q = self.q_norm(self.q_proj(x)).view(shape)
+            k = self.k_norm(self.k_proj(x)).view(shape)
+        else:
+            q, k = self.q_proj(x).view(shape), self.k_proj(x).view(shape)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = q.transpose(1, 2), k.transpose(1, 2)
@@ -259,6 +269,7 @@ class MixtralExpert(nn.Module):
 
 class SparseMoe(nn.Module):
     """MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock (norm_topk_prob switch) /
+    OlmoeSparseMoeBlock (Qwen3-MoE's, experts of intermediate_size) /
     Qwen2MoeSparseMoeBlock (modeling_qwen2_moe.py: a shared expert of
     shared_expert_intermediate_size, weighted by sigmoid(shared_expert_gate(x)) and
     added after the routed experts)."""
@@ -271,7 +282,8 @@ class SparseMoe(nn.Module):
         self.k = cfg["num_experts_per_tok"]
         self.renorm = True if mixtral else bool(g(cfg, "norm_topk_prob", False))
         self.gate = nn.Linear(D, self.E, bias=False)
-        I = cfg["intermediate_size"] if mixtral else cfg["moe_intermediate_size"]
+        I = cfg["intermediate_size"] if mixtral or cfg["model_type"] == "olmoe" \
+            else cfg["moe_intermediate_size"]
         a = g(cfg, "hidden_act", "silu")
         self.experts = nn.ModuleList(
             [MixtralExpert(D, I, a) if mixtral else GatedMLP(D, I, a) for _ in range(self.E)])
@@ -311,7 +323,7 @@ class DecoderLayer(nn.Module):
         self.sandwich = gem
         self.sliding = gem and idx % 2 == 0  # Gemma2: even layers slide
         self.self_attn = SelfAttention(cfg, idx)
-        if cfg.get("model_type") in ("mixtral", "qwen3_moe", "qwen2_moe"):
+        if cfg.get("model_type") in ("mixtral", "qwen3_moe", "qwen2_moe", "olmoe"):
             self.mlp = SparseMoe(cfg)
         else:
             self.mlp = GatedMLP(D, cfg["intermediate_size"], g(cfg, "hidden_act", "silu"),
