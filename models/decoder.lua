@@ -22,7 +22,11 @@ D.COUNT_KEYS = { "num_local_experts", "num_experts", "n_routed_experts", "moe_in
   "n_shared_experts", "shared_expert_intermediate_size", "kv_lora_rank", "q_lora_rank",
   "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step", "mlp_only_layers",
   "num_nextn_predict_layers", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
-  "use_factorized_embeddings", "factorization_dim" }
+  "use_factorized_embeddings", "factorization_dim",
+  -- a vision tower beside the text model: a VLM relabelled as its decoder
+  -- (Phi-3.5-vision's phi3_v as phi3, as a did-you-mean would suggest, or
+  -- an original-format LLaVA as llama) would be counted without its tower
+  "vision_config", "embd_layer", "img_processor", "mm_vision_tower" }
 
 -- Factorized embeddings (read below for every variant that lists them).
 D.FACTOR_KEYS = { "use_factorized_embeddings", "factorization_dim" }

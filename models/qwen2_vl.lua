@@ -51,7 +51,13 @@ end
 -- text_config in the layout transformers >= 4.52 saves.
 function F.read(cfg, where)
   local vc = cfg.vision_config or errors.input(where, "vision_config", "is required but missing")
-  local tcfg = cfg.text_config or cfg
+  local tcfg = cfg.text_config
+  if not tcfg then -- flat: the text model's keys, less the tower's
+    tcfg = {}
+    for k, x in pairs(cfg) do
+      if k ~= "vision_config" then tcfg[k] = x end
+    end
+  end
   local tie = tcfg.tie_word_embeddings
   if tie == nil then tie = cfg.tie_word_embeddings end
   return { where = where, vision = read_vision(vc, where),

@@ -170,6 +170,30 @@ T.test("keys a family does not model are refused, never ignored", function()
   T.raises(function() count_cfg(ds, "ds.json") end, "ds.json: n_routed_experts:")
 end)
 
+T.test("a VLM relabelled as its decoder is refused, not counted without its tower", function()
+  -- microsoft/Phi-3.5-vision-instruct's config.json (as vendored in
+  -- mlc-ai/mlc-llm python/mlc_llm/model/model_preset.py): a phi3 text model
+  -- with embd_layer and img_processor naming its CLIP tower. Relabelled
+  -- phi3 it would count 3,821,079,552 (the text model alone), not the
+  -- 4.15 B of the checkpoint; and the did-you-mean to phi3 must not be given.
+  local v = cfg({ model_type = "phi3_v", vocab_size = 32064, hidden_size = 3072,
+    intermediate_size = 8192, num_hidden_layers = 32, num_attention_heads = 32,
+    num_key_value_heads = 32,
+    embd_layer = { embedding_cls = "image", projection_cls = "mlp", use_hd_transform = true },
+    img_processor = { image_dim_out = 1024, model_name = "openai/clip-vit-large-patch14-336",
+      name = "clip_vision_model", num_img_tokens = 144 } })
+  local msg = T.raises(function() count_cfg(v, "v.json") end, "unknown model_type 'phi3_v'")
+  T.ok(msg and not msg:find("did you mean", 1, true), "no hint to phi3")
+  v.model_type = "phi3"
+  T.raises(function() count_cfg(v, "v.json") end, "v.json: embd_layer: changes the parameter count")
+  v.embd_layer = nil
+  T.raises(function() count_cfg(v, "v.json") end, "v.json: img_processor: changes the parameter count")
+  -- a transformers-style VLM config relabelled as its decoder
+  local q = preset("qwen2_5_7b_instruct")
+  q.vision_config = { depth = 32 }
+  T.raises(function() count_cfg(q, "q.json") end, "q.json: vision_config: changes the parameter count")
+end)
+
 T.test("a did-you-mean never points to a family that would refuse the config", function()
   local mix = preset("mixtral_8x7b_v0_1")
   mix.architectures = nil
