@@ -41,14 +41,17 @@ local F = { name = "mistral3",
   about = "Mistral Small 3.x: Pixtral ViT + patch merger projector + Mistral "
     .. "(models/mistral3.lua)" }
 
+-- PixtralVisionConfig defaults (configuration_pixtral.py): Pixtral-12B's
+-- config.json (mistral-community/pixtral-12b) names only head_dim,
+-- image_size, patch_size and rope_theta, so the sizes come from here.
 local function read_vision(vc, where)
   local c = cfgutil.reader(vc, where, "vision_config.")
   return {
-    hidden = c:int("hidden_size"),
-    layers = c:int("num_hidden_layers"),
-    heads = c:int("num_attention_heads"),
-    intermediate = c:int("intermediate_size"),
-    patch = c:int("patch_size"),
+    hidden = c:int("hidden_size", 1024),
+    layers = c:int("num_hidden_layers", 24),
+    heads = c:int("num_attention_heads", 16),
+    intermediate = c:int("intermediate_size", 4096),
+    patch = c:int("patch_size", 16),
     channels = c:int("num_channels", 3),
     image = c:int("image_size", nil, true),
   }

@@ -194,6 +194,32 @@ T.test("a VLM relabelled as its decoder is refused, not counted without its towe
   T.raises(function() count_cfg(q, "q.json") end, "q.json: vision_config: changes the parameter count")
 end)
 
+T.test("a Pixtral tower with PixtralVisionConfig's defaults is counted, not refused", function()
+  -- mistral-community/pixtral-12b's config.json names only head_dim,
+  -- image_size 1024, patch_size 16 and rope_theta in its vision_config:
+  -- the sizes are PixtralVisionConfig's defaults (hidden 1024, 24 layers,
+  -- 16 heads, intermediate 4096, 3 channels)
+  local function pixtral(vc)
+    return { model_type = "llava", projector_hidden_act = "gelu",
+      vision_feature_layer = -1, vision_feature_select_strategy = "full",
+      text_config = { model_type = "mistral", head_dim = 128, hidden_size = 5120,
+        intermediate_size = 14336, num_attention_heads = 32, num_hidden_layers = 40,
+        num_key_value_heads = 8, vocab_size = 131072 },
+      vision_config = vc }
+  end
+  local r = count_cfg(pixtral({ model_type = "pixtral", head_dim = 64, image_size = 1024,
+    patch_size = 16, rope_theta = 10000.0, hidden_act = "gelu" }), "p.json")
+  local full = count_cfg(pixtral({ model_type = "pixtral", image_size = 1024, patch_size = 16,
+    hidden_size = 1024, num_hidden_layers = 24, num_attention_heads = 16,
+    intermediate_size = 4096, num_channels = 3 }), "p.json")
+  T.eq(r.total, full.total)
+  -- the tower written out: a bias-free 3 x 16 x 16 conv, ln_pre, and 24
+  -- layers of two RMSNorms, q/k/v/o 1024 x 1024 and a 1024/4096 gated MLP
+  T.eq(part(r, "vision_tower.patch_conv"), 3 * 16 * 16 * 1024)
+  T.eq(part(r, "vision_tower.transformer.layers"),
+    24 * (2 * 1024 + 4 * 1024 * 1024 + 3 * 1024 * 4096))
+end)
+
 T.test("a did-you-mean never points to a family that would refuse the config", function()
   local mix = preset("mixtral_8x7b_v0_1")
   mix.architectures = nil
