@@ -43,8 +43,10 @@ local function read_vision(vc, where)
   local v = { hidden = c:int("hidden_size"), intermediate = c:int("intermediate_size"),
     layers = c:int("num_hidden_layers"), heads = c:int("num_attention_heads"),
     image = c:int("image_size"), patch = c:int("patch_size"), channels = c:int("num_channels") }
-  if v.image % v.patch ~= 0 then
-    c:fail("image_size", ("must be a multiple of patch_size (%d)"):format(v.patch))
+  -- the patch Conv2d floors: SmolVLM-Instruct's SigLIP at 384 with patch
+  -- 14 sees 27 x 27 patches (Idefics3VisionEmbeddings: image_size // patch_size)
+  if v.image < v.patch then
+    c:fail("image_size", ("must be at least patch_size (%d), got %d"):format(v.patch, v.image))
   end
   if v.hidden % v.heads ~= 0 then
     c:fail("num_attention_heads", ("must divide hidden_size (%d)"):format(v.hidden))
@@ -124,11 +126,12 @@ function F.image_tokens(m, image)
   return t
 end
 
--- Every tile (and the global image) is one image of the tower's side.
+-- Every tile (and the global image) is one image of the tower's side (the
+-- patches its Conv2d covers: 384 at patch 14 is 27 x 27).
 function F.simulator(m, images)
   local v, t = m.vision, F.image_tokens(m, images)
   return siq.describe({ where = m.where, text = m.text, hidden = v.hidden, layers = v.layers,
-    heads = v.heads, intermediate = v.intermediate, patch = v.patch, side = v.image,
+    heads = v.heads, intermediate = v.intermediate, patch = v.patch, side = v.patch * v.grid,
     merge = m.scale, images = images.count * t.tiles, tokens = t.tokens * images.count })
 end
 

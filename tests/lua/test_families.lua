@@ -220,6 +220,27 @@ T.test("a Pixtral tower with PixtralVisionConfig's defaults is counted, not refu
     24 * (2 * 1024 + 4 * 1024 * 1024 + 3 * 1024 * 4096))
 end)
 
+T.test("SmolVLM-Instruct's SigLIP at 384 with patch 14 sees 27 x 27 patches", function()
+  -- HuggingFaceTB/SmolVLM-Instruct's config.json: a 384-pixel tower with
+  -- 14-pixel patches (the Conv2d floors: Idefics3VisionEmbeddings has
+  -- image_size // patch_size = 27 per side), scale_factor 3, and the
+  -- config's own image_seq_len 81 = (27 / 3)^2 tokens per tile
+  local c = { model_type = "idefics3", scale_factor = 3, image_seq_len = 81,
+    vision_config = { model_type = "idefics3", hidden_size = 1152, intermediate_size = 4304,
+      num_hidden_layers = 27, num_attention_heads = 16, image_size = 384, patch_size = 14 },
+    text_config = { model_type = "llama", vocab_size = 49155, hidden_size = 2048,
+      intermediate_size = 8192, num_hidden_layers = 24, num_attention_heads = 32,
+      num_key_value_heads = 32, head_dim = 64, tie_word_embeddings = false },
+    tie_word_embeddings = false }
+  local fam, typed = registry.find(c, "s.json")
+  local r = P.count(fam, typed, "s.json")
+  T.eq(part(r, "model.vision_model.embeddings"), 3 * 14 * 14 * 1152 + 1152 + 27 * 27 * 1152)
+  local m = fam.read(typed, "s.json")
+  T.eq(fam.image_tokens(m, { height = 384, width = 384 }).per_tile, 81)
+  local sim = fam.simulator(m, { count = 1, height = 384, width = 384 })
+  T.eq(sim.vision.image_size, 27 * 14)
+end)
+
 T.test("a did-you-mean never points to a family that would refuse the config", function()
   local mix = preset("mixtral_8x7b_v0_1")
   mix.architectures = nil
