@@ -690,13 +690,24 @@ function D.grad_free_layers(S, P, h, ctx)
   return h
 end
 
+-- What a checkpointed segment reads from outside it: its input, the mask
+-- and rope tables, and (mllama's cross-attention layers) the vision states
+-- and their mask, whose gradient the recomputation must still reach.
+function D.ckpt_inputs(x, ctx)
+  local ins = { x, ctx.mask or ctx.cos, ctx.cos, ctx.sin }
+  local cr = ctx.cross
+  if cr and cr.states then ins[#ins + 1] = cr.states end
+  if cr and cr.mask then ins[#ins + 1] = cr.mask end
+  return ins
+end
+
 function D.composed_layers(S, P, h, ctx, run)
   local function one(i, x)
     local out
     if run.ckpt then
       S:checkpoint_begin()
       out = layer_forward(S, P, P.layers[i], x, ctx, i)
-      S:checkpoint_end({ x, ctx.mask or ctx.cos, ctx.cos, ctx.sin }, { out }, "checkpoint")
+      S:checkpoint_end(D.ckpt_inputs(x, ctx), { out }, "checkpoint")
     else
       out = layer_forward(S, P, P.layers[i], x, ctx, i)
     end
@@ -773,7 +784,7 @@ function D.forward(S, P, emb, run)
         if j > i then S:drop(h) end
         h = out
       end
-      S:checkpoint_end({ first, mask or cos, cos, sin }, { out }, "checkpoint")
+      S:checkpoint_end(D.ckpt_inputs(first, ctx), { out }, "checkpoint")
       S:drop(first)
       i = last + 1
     else
