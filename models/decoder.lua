@@ -26,7 +26,12 @@ D.COUNT_KEYS = { "num_local_experts", "num_experts", "n_routed_experts", "moe_in
   -- a vision tower beside the text model: a VLM relabelled as its decoder
   -- (Phi-3.5-vision's phi3_v as phi3, as a did-you-mean would suggest, or
   -- an original-format LLaVA as llama) would be counted without its tower
-  "vision_config", "embd_layer", "img_processor", "mm_vision_tower" }
+  "vision_config", "embd_layer", "img_processor", "mm_vision_tower",
+  -- an audio encoder or a speech head beside it (MiniCPM-o as minicpmv)
+  "audio_config", "tts_config",
+  -- DeepSeek-V3.2's lightning indexer (its q/k projections, k norm and head
+  -- weights in every layer): deepseek_v32 relabelled deepseek_v3
+  "index_n_heads", "index_head_dim", "index_topk" }
 
 -- Factorized embeddings (read below for every variant that lists them).
 D.FACTOR_KEYS = { "use_factorized_embeddings", "factorization_dim" }

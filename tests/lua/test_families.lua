@@ -192,6 +192,29 @@ T.test("a VLM relabelled as its decoder is refused, not counted without its towe
   local q = preset("qwen2_5_7b_instruct")
   q.vision_config = { depth = 32 }
   T.raises(function() count_cfg(q, "q.json") end, "q.json: vision_config: changes the parameter count")
+  -- deepseek-ai/DeepSeek-V3.2-Exp: DeepSeek-V3's shapes plus a lightning
+  -- indexer in every layer (index_n_heads 64, index_head_dim 128,
+  -- index_topk 2048); 'did you mean deepseek_v2' would count it without
+  local ds = preset("deepseek_v3")
+  ds.model_type, ds.architectures = "deepseek_v32", { "DeepseekV32ForCausalLM" }
+  ds.index_n_heads, ds.index_head_dim, ds.index_topk = 64, 128, 2048
+  msg = T.raises(function() count_cfg(ds, "d.json") end, "unknown model_type 'deepseek_v32'")
+  T.ok(msg and not msg:find("did you mean", 1, true), "no hint to deepseek_v2")
+  ds.model_type, ds.architectures = "deepseek_v3", nil
+  T.raises(function() count_cfg(ds, "d.json") end, "d.json: index_n_heads: changes the parameter count")
+  -- openbmb/MiniCPM-o-2_6: MiniCPM-V 2.6 with a Whisper encoder and a TTS
+  -- head (audio_config, tts_config); relabelled minicpmv they were dropped
+  local o = { model_type = "minicpmo", version = 2.6, query_num = 64, hidden_size = 3584,
+    intermediate_size = 18944, num_hidden_layers = 28, num_attention_heads = 28,
+    num_key_value_heads = 4, vocab_size = 151700, tie_word_embeddings = false,
+    init_audio = true, init_tts = true,
+    audio_config = { d_model = 1024, encoder_layers = 24 }, tts_config = { llm_dim = 3584 },
+    vision_config = { model_type = "siglip", hidden_size = 1152, intermediate_size = 4304,
+      num_hidden_layers = 27, num_attention_heads = 16, image_size = 980, patch_size = 14 } }
+  msg = T.raises(function() count_cfg(o, "o.json") end, "unknown model_type 'minicpmo'")
+  T.ok(msg and not msg:find("did you mean", 1, true), "no hint to minicpmv")
+  o.model_type = "minicpmv"
+  T.raises(function() count_cfg(o, "o.json") end, "o.json: audio_config: changes the parameter count")
 end)
 
 T.test("a Pixtral tower with PixtralVisionConfig's defaults is counted, not refused", function()
