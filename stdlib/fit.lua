@@ -103,7 +103,7 @@ M.MENU = {
   { name = "sdpa attention", cost = 0, note = "same math, no T^2 attention buffers",
     applies = function(r) return r.attention == "eager" end,
     edit = function(r) r.attention = "sdpa" end },
-  { name = "fused linear cross-entropy (Liger)", cost = 0,
+  { name = "fused linear cross-entropy (Liger)", cost = 0, needs = "liger",
     note = "lm_head and the loss fused chunk by chunk (Liger-Kernel): the logits never exist whole",
     applies = function(r) return trains(r) and r.loss ~= "liger_fused" end,
     edit = function(r) r.loss = "liger_fused" end },
@@ -126,7 +126,7 @@ M.MENU = {
     applies = function(r) return adam_like(r)
       and (r.optimizer.state_dtype or r.param_dtype) ~= "bf16" end,
     edit = function(r) r.optimizer.state_dtype = "bf16" end },
-  { name = "8-bit AdamW", cost = 1, note = "bitsandbytes block-wise states; near-lossless",
+  { name = "8-bit AdamW", cost = 1, needs = "bitsandbytes", note = "bitsandbytes block-wise states; near-lossless",
     applies = adam_like,
     edit = function(r) r.optimizer.name = "adam8bit"; r.optimizer.state_dtype = nil end },
   { name = "Adafactor (no momentum)", cost = 2, note = "factored second moment; tuning needed",
@@ -136,7 +136,7 @@ M.MENU = {
   { name = "LoRA r=16 (q,k,v,o)", cost = 3, note = "adapters only: less capacity than full fine-tuning",
     applies = function(r) return trains(r) and not r.lora end,
     edit = function(r) r.lora = step.default_lora(16, 32) end },
-  { name = "QLoRA r=16 (q,k,v,o) on nf4 weights", cost = 4, refines = { "LoRA r=16 (q,k,v,o)" },
+  { name = "QLoRA r=16 (q,k,v,o) on nf4 weights", cost = 4, needs = "bitsandbytes", refines = { "LoRA r=16 (q,k,v,o)" },
     note = "adapters over 4-bit frozen weights: dequantized per matmul, slower",
     applies = function(r) return trains(r) and not r.lora and not r.quant end,
     edit = function(r)
@@ -176,12 +176,14 @@ function M.layout_levers(run)
   local function add(t) out[#out + 1] = t end
   if not L then
     add({ name = "DeepSpeed ZeRO-Offload on one GPU (stage 2, optimizer on CPU)", cost = 2,
+      needs = "deepspeed",
       layout = true, note = "fp32 master and Adam states on the host; CPU Adam step, PCIe each step",
       applies = has_optimizer,
       edit = function(r) r.parallel = { _spec = { dp = 1, zero = 2,
         offload = { optimizer = "cpu" } } } end })
     add({ name = "DeepSpeed ZeRO-3 offload on one GPU (parameters and optimizer on CPU)",
-      cost = 3, layout = true, refines = { "DeepSpeed ZeRO-Offload on one GPU (stage 2, optimizer on CPU)" },
+      cost = 3, layout = true, needs = "deepspeed",
+      refines = { "DeepSpeed ZeRO-Offload on one GPU (stage 2, optimizer on CPU)" },
       note = "parameters fetched over PCIe per layer, forward and backward: slow",
       applies = has_optimizer,
       edit = function(r) r.parallel = { _spec = { dp = 1, zero = 3,
@@ -195,7 +197,7 @@ function M.layout_levers(run)
     for k = 1, 3 do
       local name = ("ZeRO-%d (%s over %d ranks)"):format(k, what[k], n)
       if L.zero < k then
-        add({ name = name, cost = k == 3 and 1 or 0, layout = true,
+        add({ name = name, cost = k == 3 and 1 or 0, layout = true, needs = "deepspeed",
           refines = #zeros > 0 and { table.unpack(zeros) } or nil,
           note = k == 3 and "1.5x DDP's communication (parameters gathered per layer)"
             or "DDP's communication volume",
@@ -206,12 +208,14 @@ function M.layout_levers(run)
   end
   if n > 1 and L.zero == 0 and L.fsdp ~= "full_shard" then
     add({ name = ("FSDP full_shard over %d ranks"):format(n), cost = 1, layout = true,
+      needs = "fsdp",
       note = "parameters gathered per wrapped layer, forward and backward",
       applies = trains, edit = function(r) sharding(r, nil, "full_shard") end })
   end
   if L.offload.optimizer == "none" then
     add({ name = L.fsdp and "FSDP CPU offload (parameters, gradients and optimizer)"
         or "optimizer offload to CPU", cost = 2, layout = true,
+      needs = L.fsdp and "fsdp" or "deepspeed",
       note = "states and the optimizer step on the host; PCIe each step (FSDP moves "
         .. "parameters too)",
       applies = has_optimizer,
@@ -220,17 +224,24 @@ function M.layout_levers(run)
   end
   if L.offload.params == "none" and not L.fsdp then
     add({ name = "parameter offload to CPU (ZeRO-3)", cost = 3, layout = true,
+      needs = "deepspeed",
       note = "parameters fetched over PCIe per layer, forward and backward: slow",
       applies = trains, edit = function(r) offload(r, { "params" }) end })
   end
   return out
 end
 
--- The levers that change this run: the menu's and the layout's.
+-- The levers that change this run: the menu's and the layout's, less
+-- those naming a library the run's stack does not have (`needs`: Liger,
+-- bitsandbytes, DeepSpeed, FSDP are PyTorch's; frameworks' `libraries`).
 function M.levers(run)
+  local have = {}
+  for _, l in ipairs(frameworks.of(run).libraries or {}) do have[l] = true end
   local out = {}
   for _, list in ipairs({ M.MENU, M.layout_levers(run) }) do
-    for _, m in ipairs(list) do if m.applies(run) then out[#out + 1] = m end end
+    for _, m in ipairs(list) do
+      if m.applies(run) and (not m.needs or have[m.needs]) then out[#out + 1] = m end
+    end
   end
   return out
 end

@@ -21,6 +21,9 @@
 --   assumptions  lines printed with every estimate on this framework
 --   undisposed_temporaries  temporaries outlive their use unless disposed
 --                (observed.lua names it as a cause of an excess)
+--   libraries    the training libraries a `fit --knobs` lever may name on
+--                this stack: deepspeed, fsdp, bitsandbytes, liger (Triton
+--                kernels, CUDA only); levers that need none are offered anywhere
 local errors = require("stdlib.errors")
 
 local M = {}

@@ -156,7 +156,8 @@ else
       bars[#bars + 1] = { label = e.knobs, bytes = e.need, by = e.at_peak }
     end
     local html = require("stdlib.html")
-    html.write(a.html, html.bars(path .. ": knobs that fit " .. gpu.name, bars, budget,
+    html.write(a.html, html.bars(path .. ": knobs that fit " .. gpu.name
+      .. (layout and (" (" .. layout .. ", largest rank)") or ""), bars, budget,
       "device total (tensors at the peak by category; grey: allocator rounding and context)",
       gpu.name .. " budget"))
     say("html: wrote " .. a.html)

@@ -54,4 +54,5 @@ return {
   remat = "grad_checkpointing = jax.checkpoint(policy=nothing_saveable) around each "
     .. "checkpointed decoder layer; other policies (dots_saveable, save_only_these_names) "
     .. "are not modelled",
+  libraries = {}, -- what fit --knobs may name here (stdlib/frameworks.lua)
 }

@@ -135,6 +135,25 @@ function tests.qlora_is_offered_only_where_it_saves_more_than_lora()
   T.ok(lora and qlora and qlora < lora, "nf4 weights save on top of LoRA in a decoder")
 end
 
+-- A lever that names a PyTorch library (Liger, bitsandbytes, DeepSpeed,
+-- FSDP) is offered only on a stack that has it (frameworks' libraries).
+function tests.library_levers_are_offered_only_where_the_stack_has_the_library()
+  local function lever_names(fields)
+    local t = {}
+    for _, m in ipairs(fit.levers(run_of(fields))) do t[#t + 1] = m.name end
+    return table.concat(t, "\n")
+  end
+  local libs = { "Liger", "8-bit AdamW", "QLoRA", "DeepSpeed" }
+  local torch = lever_names({})
+  for _, w in ipairs(libs) do T.ok(torch:find(w, 1, true), w .. " on PyTorch") end
+  for _, fw in ipairs({ "torchsharp", "jax" }) do
+    local other = lever_names({ framework = fw })
+    for _, w in ipairs(libs) do T.ok(not other:find(w, 1, true), w .. " is not on " .. fw) end
+    T.ok(other:find("LoRA r=16", 1, true) and other:find("Adafactor", 1, true),
+      "techniques any stack can use remain on " .. fw)
+  end
+end
+
 -- The data-parallel levers (issue 17): what a layout written out by hand
 -- needs, estimated on its own, is what the advice says the lever needs.
 local function by_knobs(list)
