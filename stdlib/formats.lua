@@ -173,18 +173,15 @@ M.OPTIMIZERS = {
   adamw_8bit = { name = "adam8bit" },
   adamw_bnb_8bit = { name = "adam8bit" },
   adam8bit = { name = "adam8bit" },
-  paged_adamw_8bit = { name = "adam8bit",
-    note = "paged optimizer: states live in unified memory and can be evicted to the host; "
-      .. "priced as resident on the GPU" },
-  paged_adamw_32bit = { name = "adamw",
-    note = "paged optimizer: states live in unified memory and can be evicted to the host; "
-      .. "priced as resident on the GPU" },
-  paged_adamw = { name = "adamw",
-    note = "paged optimizer: states can be evicted to the host; priced as resident" },
+  -- bitsandbytes' paged optimizers: large states in unified memory
+  -- (stdlib/optim.lua); its 32-bit ones keep fp32 states for any parameter
+  paged_adamw_8bit = { name = "adam8bit", paged = true },
+  paged_adamw_32bit = { name = "adamw", paged = true, state_dtype = "fp32" },
+  paged_adamw = { name = "adamw", paged = true, state_dtype = "fp32" },
   adafactor = { name = "adafactor" },
   sgd = { name = "sgd" },
   lion_32bit = { name = "lion" },
-  paged_lion_32bit = { name = "lion" },
+  paged_lion_32bit = { name = "lion", paged = true, state_dtype = "fp32" },
   lion = { name = "lion" },
   rmsprop = { name = "sgd_momentum",
     note = "RMSprop keeps one state per parameter (square_avg), priced as momentum SGD's one "
@@ -201,7 +198,8 @@ function Ctx:optimizer(key, v)
   end
   -- no state dtype: torch's optimizers keep their states in the parameter
   -- dtype, which is the simulator's default
-  self.run.optimizer = { name = o.name, foreach = o.foreach }
+  self.run.optimizer = { name = o.name, foreach = o.foreach, paged = o.paged,
+    state_dtype = o.state_dtype }
   if o.note then self:assume(key .. ": " .. o.note) end
 end
 

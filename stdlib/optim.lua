@@ -30,7 +30,19 @@ function O.init_state(S, params, opt)
       block = b > 0 and S:round_bytes(b // parts)
       by_cols[cols] = block
     end
-    if block then
+    -- bitsandbytes' paged optimizers (get_state_buffer): the state tensors
+    -- of a parameter of >= 1e5 elements come from cudaMallocManaged, outside
+    -- torch's allocator (not in max_memory_allocated; resident until memory
+    -- runs short); the 8-bit absmax vectors stay ordinary tensors
+    local paged = opt.paged and p.n >= 100000 and block
+    if paged then
+      local each = S:bytes(name == "adam8bit" and "int8" or state_dt, p.n)
+      S.paged_state_bytes = (S.paged_state_bytes or 0) + parts * each
+      local rest = block - S:round_bytes(each)
+      for _ = 1, parts do
+        if rest > 0 then S.tape:alloc(rest, "optimizer_state", "optimizer.absmax") end
+      end
+    elseif block then
       for _ = 1, parts do S.tape:alloc(block, "optimizer_state", "optimizer.state") end
     end
     if (name == "adam" or name == "adamw") and (opt.step_bytes or 0) > 0 then

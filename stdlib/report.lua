@@ -67,6 +67,14 @@ function R.budget(st, run, gpu_name)
       .. "fragmentation not modelled (a lower bound)"
   end
   b.device_total_bytes = frameworks.device_total(fw, st, gpu, run)
+  if st.paged_state_bytes then -- unified memory: on the device while resident
+    b.paged_optimizer_state_bytes = st.paged_state_bytes
+    b.device_total_bytes = b.device_total_bytes + st.paged_state_bytes
+    b.assumptions[#b.assumptions + 1] = ("paged optimizer (bitsandbytes): %s of states in "
+      .. "CUDA unified memory, outside torch's allocator: not in the allocated or reserved "
+      .. "peaks, in the device total while resident (evicted to the host when memory runs "
+      .. "short)"):format(vram.fmt(st.paged_state_bytes, "GiB"))
+  end
   if gpu then
     b.gpu = { id = gpu.id, name = gpu.name, bytes = gpu.bytes }
     local need, usable = frameworks.need(fw, st.peak_reserved), frameworks.usable(fw, gpu, run)

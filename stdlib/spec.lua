@@ -193,10 +193,18 @@ end
 local function read_optimizer(opt, trains, where)
   if type(opt) == "string" then opt = { name = opt } end
   check_keys(opt, { name = 1, state_dtype = 1, foreach = 1, weight_decay = 1,
-    momentum_dtype = 1 }, where, "run.optimizer.")
+    momentum_dtype = 1, paged = 1 }, where, "run.optimizer.")
+  local name = one_of(where, "run.optimizer.name", opt.name, require("stdlib.optim").names,
+    trains and "adamw" or "none")
+  -- bitsandbytes' paged optimizers (stdlib/optim.lua)
+  local paged = cfgutil.reader(opt, where, "run.optimizer."):bool("paged", false)
+  if paged and not (name == "adamw" or name == "adam" or name == "adam8bit" or name == "lion") then
+    errors.input(where, "run.optimizer.paged", "bitsandbytes pages adam, adamw, adam8bit and "
+      .. "lion, not " .. name)
+  end
   return {
-    name = one_of(where, "run.optimizer.name", opt.name, require("stdlib.optim").names,
-      trains and "adamw" or "none"),
+    paged = paged or nil,
+    name = name,
     foreach = opt.foreach,
     weight_decay = opt.weight_decay,
     state_dtype = dtype(where, "run.optimizer.state_dtype", opt.state_dtype),
@@ -521,6 +529,10 @@ function M.normalize(spec, where, families, loaded)
   if run.moe ~= nil then f.moe = read_moe(run.moe, where) end
   f.quant = read_quant(prec, f, cfg, path, where)
   if run.load ~= nil then read_load(run.load, f, where, spec.parallel ~= nil) end
+  if f.optimizer.paged and (f.rl or spec.parallel ~= nil) then
+    errors.input(where, "run.optimizer.paged", "a paged optimizer in an RL update or a "
+      .. "multi-GPU layout is not modelled")
+  end
   read_framework_knobs(run, rd, f, where)
   local text_only = cfgutil.reader(model, where, "model."):bool("text_only", false)
   local family, typed = families.find(cfg, path)

@@ -255,6 +255,7 @@ function M.simulate(family, run)
   for _, x in ipairs(inputs) do S:drop(x) end
   local st = tape:stats()
   st.baseline, st.phase_end = base, ends
+  st.paged_state_bytes = S.paged_state_bytes -- bitsandbytes' paged states (stdlib/optim.lua)
   if S.jit and train then
     st.xla = M.xla_record(S, trainable, state_bytes, base)
   end

@@ -77,7 +77,7 @@ return {
     T.eq(r.precision, { params = "bf16", weights = "nf4_dq", kbit_prepare = true },
       "bf16 auto + load_in_4bit, prepared for k-bit training")
     T.eq(r.lora, { rank = 32, alpha = 16, targets = "all-linear" }, "lora_r, lora_target_linear")
-    T.eq(r.optimizer, { name = "adam8bit" }, "paged_adamw_8bit")
+    T.eq(r.optimizer, { name = "adam8bit", paged = true }, "paged_adamw_8bit")
     T.eq(r.grad_checkpointing, "full")
     T.eq(r.attention, "flash", "flash_attention: true")
     T.eq(#t.not_understood, 0)
