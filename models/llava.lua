@@ -230,10 +230,11 @@ function F.simulator(m, images)
     d.side, d.grid_h, d.grid_w = v.patch, t.rows, t.cols
   end
   local out = siq.describe(d)
-  out.assumptions = { ("llava: the %s tower is simulated as a SigLIP ViT of its width, depth "
-    .. "and MLP size%s"):format(v.kind, v.kind == "pixtral" and " (Pixtral's gated MLP and "
-    .. "RMSNorms as a GELU MLP and LayerNorms)" or (v.cls > 0 and " (without its CLS token)"
-    or "")) }
+  if v.kind ~= "siglip" then
+    out.assumptions = { ("llava: the %s tower is simulated as a SigLIP ViT of its width, depth "
+      .. "and MLP size%s"):format(v.kind, v.kind == "pixtral" and " (Pixtral's gated MLP and "
+      .. "RMSNorms as a GELU MLP and LayerNorms)" or " (without its CLS token)") }
+  end
   return out
 end
 
