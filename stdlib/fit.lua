@@ -271,7 +271,10 @@ end
 -- A lever must save at least this share of what the run needs without it:
 -- below 1 % a budget cannot tell it from nothing.
 M.MIN_SAVING = 0.01
-M.SEARCH_SECONDS = 4
+-- How many lever combinations a search may consider without being told a
+-- depth. A count, not a time: the same spec lists the same combinations on
+-- every machine (a CPU-time budget made the list depend on the load).
+M.SEARCH_RUNS = 600
 
 -- Combinations of up to `depth` levers that apply to the run and fit the
 -- budget, cheapest first. Every lever in a combination must save memory
@@ -282,8 +285,8 @@ M.SEARCH_SECONDS = 4
 -- more than each variant it refines, so a knob that changes nothing is
 -- never listed. Each entry: knobs, levers (names), cost, need, saving
 -- (against the run as given), notes, at_peak. Without `depth`: 3, or fewer
--- when that many simulations of this run would take over SEARCH_SECONDS of
--- CPU (the sandbox's default budget is 10 s); returned as the fourth value.
+-- when combinations of that many levers number over SEARCH_RUNS; returned
+-- as the fourth value.
 function M.knobs(run, budget, depth)
   local items, index = {}, {}
   for _, m in ipairs(M.levers(run)) do items[#items + 1] = m; index[m.name] = #items end
@@ -312,15 +315,13 @@ function M.knobs(run, budget, depth)
     end
     return memo[mask].need, memo[mask].st
   end
-  local t0 = os.clock()
   local base = need_of(0)
-  local each = os.clock() - t0
-  if not depth then -- as deep as about M.SEARCH_SECONDS of simulation allows
+  if not depth then -- as deep as SEARCH_RUNS combinations allow
     depth = 1
     for d = 3, 2, -1 do
       local n, c, combos = #items, 1, 0
       for k = 1, d do c = c * (n - k + 1) // k; combos = combos + c end
-      if combos * each <= M.SEARCH_SECONDS then depth = d break end
+      if combos <= M.SEARCH_RUNS then depth = d break end
     end
   end
   local out = {}

@@ -158,9 +158,7 @@ function M.reconcile(o)
     errors.input(o.path, "--observed",
       "needs a run spec (model: and run:), not a truth case or another tool's config")
   end
-  local t0 = os.clock()
   local base, st, run = measure(copy(doc), o.path, kind, o.gpu, o.families)
-  local each = os.clock() - t0
   local r = { observed = o.observed, kind = kind, what = M.KINDS[kind].what, estimate = base,
     gap = o.observed - base, causes = {}, not_applicable = {}, framework = run.framework,
     rank = st.rank and { role = st.rank.role, ranks = st.rank.ranks } }
@@ -214,14 +212,15 @@ function M.reconcile(o)
       if c.flip then sim[#sim + 1] = c else const[#const + 1] = c end
     end
   end
-  -- as many causes at once as about SEARCH_SECONDS of simulation allows
+  -- as many causes at once as SEARCH_RUNS simulations allow (a count, so
+  -- the answer does not depend on the machine's load)
   local most = #sim
   local function subsets(k) -- simulations for every subset of up to k causes
     local c, total = 1, 0
     for j = 1, k do c = c * (#sim - j + 1) // j; total = total + c end
     return total
   end
-  while most > 1 and subsets(most) * each > require("stdlib.fit").SEARCH_SECONDS do
+  while most > 1 and subsets(most) > require("stdlib.fit").SEARCH_RUNS do
     most = most - 1
   end
   r.most_at_once = most < #sim and most or nil

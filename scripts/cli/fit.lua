@@ -22,8 +22,8 @@ lever the run already uses is not offered, and a lever that saves nothing
 in a combination is never listed. With --gpus N a spec without a parallel:
 table is taken as DDP over N GPUs, so sharding is offered. --json prints
 the same with exact bytes; --html FILE also writes one bar per combination.
---depth N: at most N levers at once (1-3); without it, 3 or as many as about
-4 s of simulation allow.
+--depth N: at most N levers at once (1-3); without it, 3, or 2 or 1 where
+combinations of 3 (then 2) levers would number over 600.
 
 --gpus N (without --vary or --knobs): the layouts of N GPUs (dp x tp x pp x cp
 x ep, with DDP, ZeRO 1-3 or FSDP over the data-parallel ranks) whose every
@@ -134,7 +134,8 @@ else
       layout and (" (" .. layout .. ", largest rank)") or "", vram.fmt(base, "GiB"), base,
       #levers))
     print(("combinations of up to %d levers, each simulated%s"):format(depth,
-      (depth < 3 and not want) and " (fewer than 3: one simulation of this run is slow)" or ""))
+      (depth < 3 and not want) and (" (fewer than 3: more than %d combinations; --depth 3 to"
+      .. " try them all)"):format(fit.SEARCH_RUNS) or ""))
     if #list == 0 then print("no combination of these levers fits") end
     -- the knobs last (their names are long), what each costs once below
     print(("%3s %11s %11s %4s  %s"):format("", "needs", "saves", "cost", "knobs"))
