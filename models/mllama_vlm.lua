@@ -62,6 +62,12 @@ function F.inputs(S, run, P)
   return { ids, labels, P.pixels, ar, arm, P.xmask }
 end
 
+-- A second model over the same batch (an RL reference, stdlib/rl.lua)
+-- reads the policy's pixel_values and cross-attention mask.
+function F.share_inputs(to, from)
+  to.pixels, to.xmask = from.pixels, from.xmask
+end
+
 -- The encoder, the concatenated layer states and the projector: the
 -- cross-attention states (B x vis rows, text hidden).
 local function vision_states(S, P, run)

@@ -149,6 +149,12 @@ function F.inputs(S, run, P)
   return { ids, labels, P.pixels }
 end
 
+-- A second model over the same batch (an RL reference, stdlib/rl.lua)
+-- reads the policy's pixel_values: the same tensor, not a copy.
+function F.share_inputs(to, from)
+  to.pixels = from.pixels
+end
+
 -- vision tower, pixel shuffle (two reshape copies), projector
 local function image_features(S, P, run)
   local B = run.batch

@@ -61,6 +61,9 @@ function M.simulate(family, run)
   optim.init_state(S, trainable, run.optimizer)
   local state_bytes = S.tape:live() - before_state
   local inputs = family.inputs(S, run, P)
+  -- the reference model reads the policy's very inputs (pixel_values of a
+  -- VLM); a family that keeps inputs on the model hands them over
+  if ref and family.share_inputs then family.share_inputs(ref, P) end
   local tape = S.tape
   local N = rl.new_tokens or 0
   local full = with(run, { seq = run.seq + N })

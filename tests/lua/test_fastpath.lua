@@ -154,6 +154,24 @@ local function reduce(tape, k)
   return { events = n, samples = out, spans = spans, peak = peak }
 end
 
+-- A VLM's reference model reads the policy's pixel_values (it raised
+-- "attempt to index a nil value" before share_inputs): it holds a second
+-- copy of the weights, bf16, for the whole update.
+function tests.a_vlm_ppo_reference_model_runs_on_the_policys_inputs()
+  local function ppo(reference)
+    return step.run(run_of("qwen3_vl_4b_instruct", { num_hidden_layers = 4 }, { mode = "ppo",
+      batch = 2, seq = 12, images = { count = 1, width = 256, height = 192 },
+      rl = { new_tokens = 3, minibatch = 1, reference = reference, value = false } }))
+  end
+  local with, without = ppo(true), ppo(false)
+  T.eq(with.param_count, 2 * without.param_count, "a second model")
+  T.ok(with.peak - without.peak >= 2 * without.param_count, "its bf16 weights stay live")
+  T.ok(with.phase_peaks.ref_logprobs > 0, "its log-probs pass")
+  same("qwen3_vl_4b_instruct", { num_hidden_layers = 4 }, { mode = "ppo", batch = 2, seq = 12,
+    images = { count = 1, width = 256, height = 192 }, attention = "eager",
+    rl = { new_tokens = 4, minibatch = 1, reference = true, value = true } }, "qwen3-vl ppo, ref")
+end
+
 function tests.timeline_collect_equals_the_reduction_of_every_event()
   local run = run_of("qwen2_5_1_5b_instruct", { num_hidden_layers = 5 },
     { mode = "train", grad_checkpointing = "full", grad_accum = 2 })
