@@ -492,6 +492,24 @@ T.test("a quantized checkpoint's bytes equal what vramlua prices", function()
   T.ok(st.compare(k, count_cfg(vram.json.load(path), path), priced):find("^quantized: "))
 end)
 
+T.test("real configs count as their checkpoints", function()
+  -- verbatim config.json files (tests/lua/fixtures/hf_configs/README.md
+  -- names where each file and each published count come from)
+  local want = {
+    ["Qwen--Qwen3-235B-A22B"] = 235093634560,
+    ["Qwen--Qwen3-Coder-480B-A35B-Instruct"] = 480154875392,
+    ["mistralai--Mixtral-8x22B-v0.1"] = 140620634112,
+    ["moonshotai--Kimi-K2-Instruct"] = 1026408232448,
+    ["Qwen--Qwen3-VL-8B-Instruct"] = 8767123696,
+    ["Qwen--Qwen3-VL-235B-A22B-Instruct"] = 235670022896,
+  }
+  for name, total in pairs(want) do
+    local path = FIX .. "hf_configs/" .. name .. ".json"
+    local ok, r = pcall(count_cfg, vram.json.load(path), path)
+    T.eq(ok and r.total, total, name)
+  end
+end)
+
 T.test("files that are not safetensors are refused with the reason", function()
   T.raises(function() vram.json.safetensors_header(FIX .. "ckpt_qwen2_tiny/config.json") end,
     "config.json: not a safetensors file (header length")
