@@ -508,6 +508,50 @@ T.test("real configs count as their checkpoints", function()
     local ok, r = pcall(count_cfg, vram.json.load(path), path)
     T.eq(ok and r.total, total, name)
   end
+  -- written out from published config.json files, with the keys real files
+  -- carry beside the shapes (routing, rope scaling, sliding windows)
+  -- deepseek-ai/DeepSeek-V2: q_lora_rank 1536, 160 routed + 2 shared
+  -- experts, the first layer dense; Hub total in index file 69468411049
+  T.eq(count_cfg(cfg({ model_type = "deepseek_v2", vocab_size = 102400, hidden_size = 5120,
+    intermediate_size = 12288, num_hidden_layers = 60, num_attention_heads = 128,
+    num_key_value_heads = 128, q_lora_rank = 1536, kv_lora_rank = 512, qk_nope_head_dim = 128,
+    qk_rope_head_dim = 64, v_head_dim = 128, moe_intermediate_size = 1536,
+    n_routed_experts = 160, n_shared_experts = 2, num_experts_per_tok = 6,
+    first_k_dense_replace = 1, moe_layer_freq = 1, n_group = 8, topk_group = 3,
+    topk_method = "group_limited_greedy", routed_scaling_factor = 16.0, scoring_func = "softmax",
+    aux_loss_alpha = 0.001, seq_aux = true, norm_topk_prob = false,
+    rope_scaling = { type = "yarn", factor = 40, beta_fast = 32, beta_slow = 1, mscale = 0.707,
+      mscale_all_dim = 0.707, original_max_position_embeddings = 4096 } }), "d").total,
+    235741434880)
+  -- google/gemma-3-27b-it and -12b-it: the multimodal files name little
+  -- beyond the shapes (Gemma3TextConfig defaults fill the rest); Hub totals
+  -- from safetensors metadata in index file 70911651117
+  local function gemma3(t)
+    t.model_type, t.rope_scaling, t.sliding_window = "gemma3_text",
+      { factor = 8.0, rope_type = "linear" }, 1024
+    return { model_type = "gemma3", mm_tokens_per_image = 256, text_config = t,
+      vision_config = { model_type = "siglip_vision_model", hidden_size = 1152,
+        intermediate_size = 4304, num_hidden_layers = 27, num_attention_heads = 16,
+        patch_size = 14, image_size = 896, vision_use_head = false } }
+  end
+  T.eq(count_cfg(gemma3({ head_dim = 128, hidden_size = 5376, intermediate_size = 21504,
+    num_attention_heads = 32, num_hidden_layers = 62, num_key_value_heads = 16,
+    query_pre_attn_scalar = 168 }), "g27").total, 27432406640)
+  T.eq(count_cfg(gemma3({ hidden_size = 3840, intermediate_size = 15360,
+    num_attention_heads = 16, num_hidden_layers = 48, num_key_value_heads = 8 }), "g12").total,
+    12187325040)
+  -- Qwen/Qwen2.5-VL-7B-Instruct (flat layout, mrope): n_parameters pinned to
+  -- a revision in index file 56724970731
+  T.eq(count_cfg({ model_type = "qwen2_5_vl", vocab_size = 152064, hidden_size = 3584,
+    intermediate_size = 18944, num_hidden_layers = 28, num_attention_heads = 28,
+    num_key_value_heads = 4, tie_word_embeddings = false, sliding_window = 32768,
+    use_sliding_window = false, max_window_layers = 28,
+    rope_scaling = { type = "mrope", mrope_section = { 16, 24, 24 } },
+    vision_config = { depth = 32, hidden_act = "silu", hidden_size = 1280,
+      intermediate_size = 3420, num_heads = 16, in_chans = 3, out_hidden_size = 3584,
+      patch_size = 14, spatial_merge_size = 2, spatial_patch_size = 14, window_size = 112,
+      fullatt_block_indexes = { 7, 15, 23, 31 }, tokens_per_second = 2,
+      temporal_patch_size = 2 } }, "q").total, 8292166656)
 end)
 
 T.test("files that are not safetensors are refused with the reason", function()
