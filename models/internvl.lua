@@ -140,7 +140,23 @@ function F.read(cfg, where) return read_as(cfg, where, REMOTE, "llm_config", "ml
 -- weights under other names (q/k/v_proj with bias=attention_bias,
 -- projection_layer, lambda_1/2 layer scales, layernorm_before/after;
 -- multi_modal_projector = mlp1) and a text_config.
+-- InternVLVisionConfig switches that add or drop parameters (a mask token,
+-- the absolute position embeddings, the final LayerNorm that mean pooling
+-- replaces): the published -hf configs keep the defaults, which the count
+-- above assumes; any other value is refused, never ignored.
+local HF_LAYOUT = { { "use_mask_token", false }, { "use_absolute_position_embeddings", true },
+  { "use_mean_pooling", true } }
+
 function F.read_hf(cfg, where)
+  if type(cfg.vision_config) == "table" then
+    local c = cfgutil.reader(cfg.vision_config, where, "vision_config.")
+    for _, kv in ipairs(HF_LAYOUT) do
+      if c:bool(kv[1], kv[2]) ~= kv[2] then
+        c:fail(kv[1], ("changes the parameter count and only %s (transformers' default) is "
+          .. "modelled"):format(tostring(kv[2])))
+      end
+    end
+  end
   return read_as(cfg, where, HF, "text_config", "multi_modal_projector")
 end
 

@@ -632,6 +632,15 @@ T.test("VLMs match their published counts", function()
   -- OpenGVLab/InternVL2_5-1B: Hub safetensors metadata, as listed in index
   -- file 12439498600
   T.eq(count_cfg(VLMS.internvl_1b_hf, "i").total, 938193024)
+  -- the -hf vision switches that change the count keep their defaults in
+  -- the published files; another value is refused
+  for key, v in pairs({ use_mask_token = true, use_absolute_position_embeddings = false,
+      use_mean_pooling = false }) do
+    local c = vram.json.decode(vram.json.encode(VLMS.internvl_1b_hf))
+    c.vision_config[key] = v
+    T.raises(function() count_cfg(c, "i.json") end, "i.json: vision_config." .. key
+      .. ": changes the parameter count")
+  end
   -- Qwen/Qwen3-VL-30B-A3B-Instruct is a preset (test_models checks it):
   -- 31,070,754,032, paramCount in a provider's catalogue (index file 66729435508)
   local r = count_cfg(preset("qwen3_vl_30b_a3b_instruct"), "q3")
