@@ -523,6 +523,17 @@ T.test("real configs count as their checkpoints", function()
     rope_scaling = { type = "yarn", factor = 40, beta_fast = 32, beta_slow = 1, mscale = 0.707,
       mscale_all_dim = 0.707, original_max_position_embeddings = 4096 } }), "d").total,
     235741434880)
+  -- allenai/Olmo-3-1025-7B: OLMo 2's layout with three sliding layers in
+  -- four and a 100,278-token vocabulary; num_params=7298011136 in a
+  -- training log (index file 53361820686), the same figure in 53524487476
+  local lt = {}
+  for i = 1, 32 do lt[i] = i % 4 == 0 and "full_attention" or "sliding_attention" end
+  T.eq(count_cfg(cfg({ model_type = "olmo3", vocab_size = 100278, hidden_size = 4096,
+    intermediate_size = 11008, num_hidden_layers = 32, num_attention_heads = 32,
+    num_key_value_heads = 32, sliding_window = 4096, layer_types = lt,
+    rope_scaling = { rope_type = "yarn", factor = 8.0, attention_factor = 1.2079441541679836,
+      beta_fast = 32, beta_slow = 1, original_max_position_embeddings = 8192 } }), "o").total,
+    7298011136)
   -- google/gemma-3-27b-it and -12b-it: the multimodal files name little
   -- beyond the shapes (Gemma3TextConfig defaults fill the rest); Hub totals
   -- from safetensors metadata in index file 70911651117
