@@ -64,9 +64,11 @@ local function policies(run)
     for _, t in ipairs(lo.targets) do any = any or seen[t] end
     for i, t in ipairs(lo.targets) do
       if not seen[t] and not (lo.default and any) then
-        local hint = errors.suggest(t, known)
+        local fused = M.holding(t, known)
+        local hint = not fused and errors.suggest(t, known)
         errors.input(lo.where, "run.lora.targets[" .. i .. "]", ("no module named '%s' in "
-          .. "this model%s"):format(t, hint and ("; did you mean '" .. hint .. "'?")
+          .. "this model%s"):format(t, fused and ("; this model holds it in " .. fused)
+          or hint and ("; did you mean '" .. hint .. "'?")
           or (" (modules: " .. table.concat(known, ", ") .. ")")))
       end
     end
@@ -83,6 +85,26 @@ local function policies(run)
   end, check
 end
 M.policies = policies
+
+-- The modules that hold a projection another layout splits out: q_proj
+-- lives in Phi-3's qkv_proj or MLA's q_a_proj/q_b_proj, up_proj in
+-- gate_up_proj. A spelling hint would name a different projection
+-- (q_proj -> o_proj), and LoRA on it is not what was asked.
+function M.holding(target, known)
+  local stem = target:match("^(%a+)_proj$")
+  if not stem then return nil end
+  local out = {}
+  for _, k in ipairs(known) do
+    local head = k:match("^(.-)_proj")
+    for tok in (head or ""):gmatch("[^_]+") do
+      if tok == stem or (#stem == 1 and tok:match("^[qkv]+$") and tok:find(stem, 1, true)) then
+        out[#out + 1] = "'" .. k .. "'"
+        break
+      end
+    end
+  end
+  return #out > 0 and table.concat(out, ", ") or nil
+end
 
 -- peft's modules_to_save: the named module trains as a copy (its parameters
 -- here, made trainable by policies) while the original stays beside it,

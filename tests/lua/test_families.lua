@@ -264,6 +264,37 @@ T.test("SmolVLM-Instruct's SigLIP at 384 with patch 14 sees 27 x 27 patches", fu
   T.eq(sim.vision.image_size, 27 * 14)
 end)
 
+T.test("a LoRA target a fused layout holds is pointed to its module, not a lookalike", function()
+  -- Phi-3 fuses q/k/v into qkv_proj and gate/up into gate_up_proj;
+  -- DeepSeek's MLA splits q into q_a_proj/q_b_proj. The spelling hint named
+  -- o_proj for q_proj, an adapter on a different projection.
+  local function err(c, targets)
+    local path = T.tmpfile(vram.json.encode(c))
+    local ok, e = pcall(function()
+      return step.run(spec.normalize({ model = { config = path }, run = { mode = "train",
+        batch = 1, seq = 8, lora = { rank = 4, targets = targets } } }, "s.yaml", registry))
+    end)
+    return not ok and (type(e) == "table" and e.msg or tostring(e)) or ""
+  end
+  local small = cfg({ model_type = "phi3", vocab_size = 64, hidden_size = 32,
+    intermediate_size = 64, num_hidden_layers = 2, num_attention_heads = 4,
+    num_key_value_heads = 4 })
+  local e = err(small, { "q_proj", "v_proj" })
+  T.ok(e:find("no module named 'q_proj' in this model; this model holds it in 'qkv_proj'", 1,
+    true), e)
+  e = err(small, { "qkv_proj", "up_proj" })
+  T.ok(e:find("'up_proj' in this model; this model holds it in 'gate_up_proj'", 1, true), e)
+  local ds = {}
+  for k, v in pairs(CONFIGS.deepseek_v2_lite) do ds[k] = v end
+  ds.num_hidden_layers, ds.n_routed_experts, ds.num_experts_per_tok = 2, 4, 2
+  ds.vocab_size = 64
+  -- DeepSeek-V2-Lite has no q_lora_rank: its q_proj exists; v sits in kv_b_proj
+  T.eq(err(ds, { "q_proj" }), "")
+  e = err(ds, { "q_proj", "v_proj" })
+  T.ok(e:find("'v_proj' in this model; this model holds it in 'kv_a_proj_with_mqa', "
+    .. "'kv_b_proj'", 1, true), e)
+end)
+
 T.test("a did-you-mean never points to a family that would refuse the config", function()
   local mix = preset("mixtral_8x7b_v0_1")
   mix.architectures = nil
