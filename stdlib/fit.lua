@@ -134,7 +134,8 @@ M.MENU = {
       and r.optimizer.name ~= "none" and r.optimizer.name ~= "sgd" end,
     edit = function(r) r.optimizer.name = "adafactor"; r.optimizer.state_dtype = "fp32" end },
   { name = "LoRA r=16 (q,k,v,o)", cost = 3, note = "adapters only: less capacity than full fine-tuning",
-    applies = function(r) return trains(r) and not r.lora end,
+    -- LoRA over TransformerEngine's te.Linear is refused by the spec (not modelled)
+    applies = function(r) return trains(r) and not r.lora and not frameworks.of(r).fp8_linear end,
     edit = function(r) r.lora = step.default_lora(16, 32) end },
   { name = "QLoRA r=16 (q,k,v,o) on nf4 weights", cost = 4, needs = "bitsandbytes", refines = { "LoRA r=16 (q,k,v,o)" },
     note = "adapters over 4-bit frozen weights: dequantized per matmul, slower",

@@ -154,6 +154,16 @@ function tests.library_levers_are_offered_only_where_the_stack_has_the_library()
   end
 end
 
+-- The spec refuses LoRA over TransformerEngine's te.Linear: not offered.
+function tests.no_lora_lever_under_te_fp8()
+  for _, m in ipairs(fit.levers(run_of({ framework = "te-fp8" }))) do
+    T.ok(not m.name:find("LoRA", 1, true), m.name .. " under te-fp8")
+  end
+  local ok, err = pcall(run_of, { framework = "te-fp8", lora = { rank = 16 } })
+  T.ok(not ok and tostring(err.msg):find("LoRA over TransformerEngine", 1, true),
+    "the spec refuses what the lever would have written")
+end
+
 -- The data-parallel levers (issue 17): what a layout written out by hand
 -- needs, estimated on its own, is what the advice says the lever needs.
 local function by_knobs(list)
