@@ -90,9 +90,10 @@ local H = {
       rollout_func = true, repetition_penalty = true, min_p = true }, k .. ".")
   end,
   unfrozen_parameters = not_modelled("training a subset of parameters"),
-  peft_use_dora = not_modelled("DoRA"),
+  peft_use_dora = function(c, v, k) c.dora = c:bool(k, v) end,
+  lora_dropout = function(c, v, k) c.lora_dropout = c:num(k, v) end,
   relora_steps = not_modelled("ReLoRA"),
-  lora_modules_to_save = not_modelled("training full modules beside LoRA"),
+  lora_modules_to_save = function(c, v, k) c.modules_to_save = v end,
   gpu_memory_limit = not_modelled("a memory cap"),
   lora_on_cpu = not_modelled("LoRA on the CPU"),
   eval_sample_packing = function() end,
@@ -129,7 +130,7 @@ local IGNORED = word_set([[
   datasets test_datasets dataset_prepared_path val_set_size output_dir
   chat_template chat_template_jinja default_system_message tokenizer_type model_type
   tokenizer_config tokenizer_use_fast trust_remote_code strict pad_to_sequence_len
-  lora_dropout lora_fan_in_fan_out lora_model_dir wandb_project wandb_entity wandb_watch
+  lora_fan_in_fan_out lora_model_dir wandb_project wandb_entity wandb_watch
   wandb_name wandb_log_model wandb_mode wandb_run_id mlflow_tracking_uri
   mlflow_experiment_name use_tensorboard use_wandb comet_api_key comet_workspace
   comet_project_name num_epochs max_steps learning_rate lr_scheduler cosine_min_lr_ratio
@@ -194,7 +195,8 @@ function M.translate(c, doc)
       targets = { "q_proj", "v_proj" }
       c:assume("lora targets: q_proj, v_proj (PEFT's default when none are given)")
     end
-    run.lora = { rank = rank, alpha = c.lora_alpha or rank, targets = targets }
+    run.lora = { rank = rank, alpha = c.lora_alpha or rank, targets = targets,
+      dora = c.dora, dropout = c.lora_dropout, modules_to_save = c.modules_to_save }
     if not c.lora_alpha then c:assume("lora_alpha: lora_r (none given)") end
   elseif adapter ~= nil then
     c:unknown("adapter", adapter)

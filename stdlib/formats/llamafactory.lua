@@ -43,7 +43,8 @@ H.freeze_language_model = function(c, v, k) c.freeze_llm = c:bool(k, v) end
 H.packing = function(c, v, k) c.packing = c:bool(k, v) end
 H.neat_packing = H.packing
 local not_modelled = require("stdlib.formats").not_modelled
-H.use_dora = not_modelled("DoRA (a magnitude vector and a weight-norm pass per target)")
+H.use_dora = function(c, v, k) c.dora = c:bool(k, v) end
+H.lora_dropout = function(c, v, k) c.lora_dropout = c:num(k, v) end
 H.use_galore = not_modelled("GaLore (projected optimizer states)")
 H.use_apollo = not_modelled("APOLLO (projected optimizer states)")
 H.use_badam = not_modelled("BAdam (block-wise updates)")
@@ -71,7 +72,7 @@ local IGNORED = word_set([[
   template dataset dataset_dir eval_dataset media_dir image_dir train_on_prompt
   mask_history buffer_size mix_strategy interleave_probs preprocessing_batch_size max_samples
   eval_num_beams ignore_pad_token_for_loss val_size tool_format tokenized_path plot_loss
-  compute_accuracy include_effective_tokens_per_second lora_dropout use_rslora pissa_init
+  compute_accuracy include_effective_tokens_per_second use_rslora pissa_init
   pissa_iter pissa_convert create_new_adapter adapter_name_or_path adapter_folder
   hf_hub_token ms_hub_token om_hub_token print_param_status export_dir export_size
   export_device export_quantization_bit export_quantization_dataset export_legacy_format
@@ -140,7 +141,7 @@ function M.translate(c, doc)
   if ftype == "lora" then
     local rank = c.lora_rank or 8
     run.lora = { rank = rank, alpha = c.lora_alpha or 2 * rank,
-      targets = c.lora_target or "all-linear" }
+      targets = c.lora_target or "all-linear", dora = c.dora, dropout = c.lora_dropout }
   elseif ftype == "freeze" then
     c:warn("finetuning_type freeze: only the last " .. tostring(c.freeze_layers or 2)
       .. " layers train; priced as full fine-tuning (an upper bound)")

@@ -53,8 +53,9 @@ local H = setmetatable({
         low_cpu_mem_usage = true }, k .. ".")
   end,
   activation_offloading = not_modelled("activation offloading to the host"),
-  use_dora = not_modelled("DoRA"),
-  lora_modules_to_save = not_modelled("training full modules beside LoRA"),
+  use_dora = keep("dora", "bool"),
+  lora_dropout = keep("lora_dropout", "num"),
+  lora_modules_to_save = function(c, v) c.t.modules_to_save = v end,
   sync_ref_model = not_modelled("a synced reference model"),
   num_mini_batches = keep("num_mini_batches", "int"),
   local_rollout_forward_batch_size = keep("rollout_batch", "int"),
@@ -79,7 +80,7 @@ local IGNORED = word_set([[
   use_transformers_paged disable_dropout top_entropy_quantile importance_sampling_level
   num_ppo_epochs whiten_rewards cliprange vf_coef cliprange_value gamma lam stop_token
   stop_token_id missing_eos_penalty total_episodes sft_model_path exp_name
-  num_sample_generations lora_dropout lora_task_type use_rslora model_revision
+  num_sample_generations lora_task_type use_rslora model_revision
   trust_remote_code bnb_4bit_compute_dtype bnb_4bit_quant_storage lora_target_parameters
   dataset_name dataset_config dataset_path script_name env chat_template system_prompt
   dataset_prompt_column dataset_mixer dataset_splits dataset_configs dataset_columns
@@ -192,7 +193,8 @@ function M.translate(c, doc)
   end
   if t.use_peft or t.in4 or t.in8 then
     local r = t.lora_r or 16
-    run.lora = { rank = r, alpha = t.lora_alpha or 32, targets = t.lora_targets or "all-linear" }
+    run.lora = { rank = r, alpha = t.lora_alpha or 32, targets = t.lora_targets or "all-linear",
+      dora = t.dora, dropout = t.lora_dropout, modules_to_save = t.modules_to_save }
     if not t.lora_targets then
       c:assume("lora_target_modules: all linear layers (TRL's ModelConfig leaves it to PEFT's "
         .. "per-architecture default; all-linear is an upper bound)")

@@ -76,7 +76,8 @@ return {
     T.eq(r.seq, 4096, "sequence_len")
     T.eq(r.precision, { params = "bf16", weights = "nf4_dq", kbit_prepare = true },
       "bf16 auto + load_in_4bit, prepared for k-bit training")
-    T.eq(r.lora, { rank = 32, alpha = 16, targets = "all-linear" }, "lora_r, lora_target_linear")
+    T.eq(r.lora, { rank = 32, alpha = 16, targets = "all-linear", dropout = 0.05 },
+      "lora_r, lora_target_linear, lora_dropout")
     T.eq(r.optimizer, { name = "adam8bit", paged = true }, "paged_adamw_8bit")
     T.eq(r.grad_checkpointing, "full")
     T.eq(r.attention, "flash", "flash_attention: true")
