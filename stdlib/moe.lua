@@ -9,7 +9,8 @@
 -- Routing. Which tokens an expert gets is data: the simulator assumes a
 -- balanced router, rows*top_k assignments spread as evenly as the integers
 -- allow (dropless), or at most `capacity` per expert (capacity factor:
--- ceil(cf * rows * top_k / experts); the rest are dropped). For the loop the
+-- ceil(cf * rows * top_k / experts); the rest are dropped); run.moe.imbalance
+-- gives the busiest expert that many times its balanced share. For the loop the
 -- activations autograd saves sum over the experts to rows*top_k rows
 -- whatever the balance; only the one-expert transients follow the busiest
 -- expert.
@@ -27,21 +28,36 @@ local M = {}
 
 local FP32 = "fp32"
 
--- Assignments per expert: a list of E counts summing to the routed rows.
-function M.tokens_per_expert(rows, top_k, experts, capacity_factor)
+-- integer ceil of f * total / E, f given in 1/1000 steps
+local function share(f, total, experts)
+  local milli = math.floor(f * 1000 + 0.5)
+  return (milli * total + 1000 * experts - 1) // (1000 * experts)
+end
+
+-- Assignments per expert: a list of E counts summing to the routed rows
+-- (less what a capacity drops). imbalance (>= 1, optional): the busiest
+-- expert (the first) gets that many times the balanced share,
+-- ceil(imbalance * rows * top_k / E), at most every row (a token picks an
+-- expert once); the others share the rest as evenly as the integers allow.
+function M.tokens_per_expert(rows, top_k, experts, capacity_factor, imbalance)
   local total = rows * top_k
-  local base, extra = total // experts, total % experts
-  local cap
-  if capacity_factor then
-    -- integer ceil of cf * total / E, cf given in 1/1000 steps
-    local milli = math.floor(capacity_factor * 1000 + 0.5)
-    cap = (milli * total + 1000 * experts - 1) // (1000 * experts)
-  end
+  local cap = capacity_factor and share(capacity_factor, total, experts) or nil
   local counts = {}
+  local first, rest, others = nil, total, experts
+  if imbalance and imbalance > 1 and experts > 1 then
+    first = math.min(rows, share(imbalance, total, experts), total)
+    rest, others = total - first, experts - 1
+  end
+  local base, extra = rest // others, rest % others
+  for i = 1, others do
+    local n = base + (i <= extra and 1 or 0)
+    counts[#counts + 1] = n
+  end
+  -- (the busiest holds at least the balanced share, so the others hold at
+  -- most it, never more than every row)
+  if first then table.insert(counts, 1, first) end
   for e = 1, experts do
-    local n = base + (e <= extra and 1 or 0)
-    if cap and n > cap then n = cap end
-    counts[e] = n
+    if cap and counts[e] > cap then counts[e] = cap end
   end
   return counts, cap
 end
@@ -199,7 +215,7 @@ local function loop(S, x, B, w, rows, label)
   local final = S:new_tensor(rows * H, acc_dt, label .. ".final_hidden_states", false)
   -- one_hot(selected, E).permute(...): int64 (E, k, rows), no grad
   local mask = S:new_tensor(rows * k * o.experts, "int64", label .. ".expert_mask", false)
-  local counts = M.tokens_per_expert(rows, k, o.experts, o.capacity_factor)
+  local counts = M.tokens_per_expert(rows, k, o.experts, o.capacity_factor, o.imbalance)
   local prev = nil
   for e = 1, o.experts do
     local n = counts[e]

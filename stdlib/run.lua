@@ -59,7 +59,7 @@ R.FIELDS = {
     .. "(bytes of each Adam step counter on the device), undisposed_steps (TorchSharp: "
     .. "steps whose temporaries are alive) } (stdlib/optim.lua)" },
   rl = { "an RL update { new_tokens, minibatch, reference, value } (stdlib/rl.lua), else nil" },
-  moe = { "experts { impl, capacity_factor, aux_loss } (stdlib/moe.lua), else nil" },
+  moe = { "experts { impl, capacity_factor, aux_loss, imbalance } (stdlib/moe.lua), else nil" },
   parallel = { "a multi-GPU layout (stdlib/parallel.lua), else nil: one GPU" },
   -- where it runs
   framework = { "the stack's profile (stdlib/frameworks/): block rounding, context, "

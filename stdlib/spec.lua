@@ -313,14 +313,20 @@ end
 -- run.moe: how the experts run (stdlib/moe.lua), a capacity factor, and
 -- whether the router logits are kept for the auxiliary loss.
 local function read_moe(moe, where)
-  check_keys(moe, { impl = 1, capacity_factor = 1, aux_loss = 1 }, where, "run.moe.")
+  check_keys(moe, { impl = 1, capacity_factor = 1, aux_loss = 1, imbalance = 1 }, where,
+    "run.moe.")
   local mr = cfgutil.reader(moe, where, "run.moe.")
   local cf = mr:num("capacity_factor", nil)
   if cf and not (cf > 0 and cf <= 64) then
     errors.input(where, "run.moe.capacity_factor", "must be in (0, 64], got " .. tostring(cf))
   end
+  -- the busiest expert's load over the balanced one (stdlib/moe.lua)
+  local im = mr:num("imbalance", nil)
+  if im and not (im >= 1 and im <= 1024) then
+    errors.input(where, "run.moe.imbalance", "must be in [1, 1024], got " .. tostring(im))
+  end
   return { impl = one_of(where, "run.moe.impl", moe.impl, { "loop", "grouped", "dense" }),
-    capacity_factor = cf, aux_loss = mr:bool("aux_loss", nil) }
+    capacity_factor = cf, aux_loss = mr:bool("aux_loss", nil), imbalance = im }
 end
 
 -- Packed weights: precision.weights (linear weights kept packed, nf4 for
@@ -479,10 +485,10 @@ local function check_model_run(f, path, where)
     if not (f.text and f.text.moe) then
       errors.input(where, "run.moe", "the model has no mixture-of-experts layers")
     end
-    if f.moe.capacity_factor then
+    if f.moe.capacity_factor or f.moe.imbalance then
       local o = {}
       for k, v in pairs(f.text.moe) do o[k] = v end
-      o.capacity_factor = f.moe.capacity_factor
+      o.capacity_factor, o.imbalance = f.moe.capacity_factor, f.moe.imbalance
       f.text.moe = o
     end
   end

@@ -323,7 +323,14 @@ T.test("tokens per expert: dropless sums to rows x top_k, capacity drops", funct
   T.eq(cap, 3)
   local d = moe.tokens_per_expert(100, 2, 8, 0.5) -- cap ceil(12.5) = 13 < 25
   T.eq(d[1], 13)
+  -- imbalance 2: the busiest expert takes ceil(2 x 20 / 8) = 5, the other
+  -- 7 share 15; at 100 it takes every row (10), the others share 10
+  T.eq(moe.tokens_per_expert(10, 2, 8, nil, 2.0), { 5, 3, 2, 2, 2, 2, 2, 2 })
+  T.eq(moe.tokens_per_expert(10, 2, 8, nil, 100), { 10, 2, 2, 2, 1, 1, 1, 1 })
+  -- and a capacity still caps it
+  T.eq(moe.tokens_per_expert(10, 2, 8, 1.0, 2.0)[1], 3)
 end)
+
 
 -- A run of config (a table) cut to `layers` layers, through a run spec.
 -- The config goes to a temporary file (the suite runs with --trust).
@@ -335,6 +342,24 @@ local function run_of(config, layers, run, keep_quant)
   return spec.normalize({ model = { config = path, overrides = { num_hidden_layers = layers } },
     run = run }, "spec.yaml", registry)
 end
+
+T.test("run.moe.imbalance: the busiest expert's transients grow in the loop, not the grouped GEMM", function()
+  local c = { model_type = "mixtral", vocab_size = 128, hidden_size = 64,
+    intermediate_size = 4096, num_hidden_layers = 1, num_attention_heads = 4,
+    num_key_value_heads = 2, num_local_experts = 8, num_experts_per_tok = 2,
+    tie_word_embeddings = false }
+  local function peak(moe_run)
+    return step.run(run_of(c, 1, { mode = "inference", batch = 1, seq = 256,
+      framework = "pytorch-cpu", moe = moe_run })).peak
+  end
+  local base, skew = peak({ impl = "loop" }), peak({ impl = "loop", imbalance = 4 })
+  -- balanced: 64 rows per expert; skewed: ceil(4 x 512 / 8) = 256 rows, so
+  -- the busiest expert's gate/up outputs (rows x 4096) grow: at least one
+  -- bf16 (rows x 4096) tensor's extra rows
+  T.ok(skew - base >= (256 - 64) * 4096 * 2, ("%d -> %d"):format(base, skew))
+  T.eq(peak({ impl = "grouped" }), peak({ impl = "grouped", imbalance = 4 }))
+  T.raises(function() peak({ imbalance = 0.5 }) end, "run.moe.imbalance: must be in [1, 1024]")
+end)
 
 T.test("every family runs train, LoRA, inference and generation", function()
   local all = { "gemma_2_2b", "gemma_3_1b", "phi_3_mini", "olmo_2_7b", "glm_4_9b",
