@@ -135,12 +135,25 @@ function F.image_tokens(m, image)
 end
 
 -- The DeepStack mergers are simulated as extra projectors (models/siq_vlm.lua).
+-- The stand-in tower's parameters are not the checkpoint's (a position
+-- embedding per patch instead of 2304 interpolated ones, a Conv2d patch
+-- embedding, two-layer projectors of the text width), so the estimate
+-- says so, with the checkpoint's own count from F.params.
 function F.simulator(m, images)
   local v, t = m.vision, F.image_tokens(m, images)
-  return siq.describe({ where = m.where, text = m.text, hidden = v.hidden, layers = v.depth,
+  local d = siq.describe({ where = m.where, text = m.text, hidden = v.hidden, layers = v.depth,
     heads = v.heads, intermediate = v.intermediate, patch = v.patch, side = t.factor,
     grid_h = t.grid[2], grid_w = t.grid[3], merge = v.merge, deepstack = v.deepstack,
     images = images.count })
+  local towers = 0
+  for _, p in ipairs(vision_parts(v)) do towers = towers + p.params end
+  d.assumptions = { ("qwen3_vl: the vision tower and mergers are simulated as a SigLIP ViT of "
+    .. "their width, depth and MLP size with a learned position per patch and two-layer "
+    .. "projectors; the checkpoint's tower and mergers hold %d parameters (2304 interpolated "
+    .. "positions, a Conv3d patch embedding, LayerNorm + 4h x 4h + 4h x out mergers), the "
+    .. "stand-in's count follows the image size (its weights are off by that difference)")
+    :format(towers) }
+  return d
 end
 
 return F
