@@ -349,6 +349,19 @@ local function read_quant(prec, r, cfg, path, where)
       compute = r.dtype, master = true }
   end
   local qc = cfg.quantization_config or (cfg.text_config or {}).quantization_config
+  if qc == nil and not prec.dequantize and type(path) == "string" then
+    -- NVIDIA ModelOpt checkpoints (nvidia/*-FP8, *-NVFP4) may keep their
+    -- quantization in hf_quant_config.json beside a config.json without
+    -- one: priced from config.json alone they would silently be bf16
+    local ok, hq = pcall(vram.json.load, dirname(path) .. "/hf_quant_config.json")
+    if ok and type(hq) == "table" then
+      local algo = type(hq.quantization) == "table" and hq.quantization.quant_algo
+      errors.input(path, "quantization_config", ("absent, but hf_quant_config.json beside it "
+        .. "quantizes the checkpoint (NVIDIA ModelOpt, quant_algo %s), which is not "
+        .. "modelled; set run.precision.dequantize: true to price its weights unquantized")
+        :format(tostring(algo)))
+    end
+  end
   if qc ~= nil and not prec.dequantize then
     if prec.weights or prec.forward_weights then
       errors.input(where, "run.precision.weights", "the checkpoint is quantized "

@@ -622,6 +622,20 @@ T.test("real configs count as their checkpoints", function()
       temporal_patch_size = 2 } }, "q").total, 8292166656)
 end)
 
+T.test("a ModelOpt checkpoint's hf_quant_config.json is not priced as bf16", function()
+  -- nvidia/Llama-3.1-70B-Instruct-FP8: config.json has no quantization_config,
+  -- hf_quant_config.json beside it says FP8 (both files verbatim from
+  -- ai-dynamo/aiconfigurator's model_configs, snapshot 095f58a5)
+  local path = FIX .. "modelopt_fp8/config.json"
+  local function run(prec)
+    return spec.normalize({ model = { config = path }, run = { mode = "inference", batch = 1,
+      seq = 8, precision = prec } }, "s.yaml", registry)
+  end
+  T.raises(function() run({}) end, "config.json: quantization_config: absent, but "
+    .. "hf_quant_config.json beside it quantizes the checkpoint (NVIDIA ModelOpt, quant_algo FP8)")
+  T.ok(run({ dequantize = true }), "dequantize prices it unquantized")
+end)
+
 T.test("files that are not safetensors are refused with the reason", function()
   T.raises(function() vram.json.safetensors_header(FIX .. "ckpt_qwen2_tiny/config.json") end,
     "config.json: not a safetensors file (header length")
