@@ -62,6 +62,14 @@ end
 --   skip = {leaf/group = true} } or raises naming the field.
 function Q.read(qc, where)
   local c = cfgutil.reader(qc, where, "quantization_config.")
+  -- NVIDIA ModelOpt writes its own keys (producer, quant_algo) and no
+  -- quant_method (nvidia/*-FP8-Static-PerTensor): say which format it is
+  local producer = type(qc.producer) == "table" and qc.producer.name
+  if qc.quant_method == nil and (producer == "modelopt" or qc.quant_algo ~= nil) then
+    c:fail("quant_algo", ("NVIDIA ModelOpt quantization (quant_algo %s) is not modelled; set "
+      .. "run.precision.dequantize: true to price the weights unquantized")
+      :format(tostring(qc.quant_algo)))
+  end
   local method = c:str("quant_method", nil)
   local d = { method = method, skip = skips(qc.modules_to_not_convert, c,
     "modules_to_not_convert") }

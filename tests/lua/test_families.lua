@@ -634,6 +634,20 @@ T.test("a ModelOpt checkpoint's hf_quant_config.json is not priced as bf16", fun
   T.raises(function() run({}) end, "config.json: quantization_config: absent, but "
     .. "hf_quant_config.json beside it quantizes the checkpoint (NVIDIA ModelOpt, quant_algo FP8)")
   T.ok(run({ dequantize = true }), "dequantize prices it unquantized")
+  -- ModelOpt keys inside config.json (Qwen/Qwen3-32B-FP8-Static-PerTensor as
+  -- aiconfigurator copies it: producer modelopt, quant_algo FP8, no
+  -- quant_method) name the format instead of "quant_method: is required"
+  local q = preset("qwen2_5_1_5b_instruct")
+  q.quantization_config = { quant_algo = "FP8", kv_cache_scheme = "FP8", ignore = { "lm_head" },
+    producer = { name = "modelopt", version = "0.31.0" },
+    config_groups = { group_0 = { weights = { dynamic = false, num_bits = 8, type = "float" },
+      input_activations = { dynamic = false, num_bits = 8, type = "float" } } } }
+  local qp = T.tmpfile(vram.json.encode(q))
+  T.raises(function()
+    spec.normalize({ model = { config = qp }, run = { mode = "inference", batch = 1, seq = 8 } },
+      "s.yaml", registry)
+  end, "quantization_config.quant_algo: NVIDIA ModelOpt quantization (quant_algo FP8) is not "
+    .. "modelled")
 end)
 
 T.test("files that are not safetensors are refused with the reason", function()
