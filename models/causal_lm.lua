@@ -8,6 +8,9 @@ local with = require("stdlib.run").with
 
 local F = {}
 
+-- Decode steps a timeline draws one by one (more are fast-forwarded).
+F.DRAWN_DECODE_STEPS = 64
+
 -- A measured case's config (tests/truth, family "decoder") is a text config.
 F.takes_text = true
 function F.case(cfg, where)
@@ -208,7 +211,13 @@ function F.generate(S, P, run, prefix_embeds)
     ids = nids
   end
   local steps = run.generate_tokens - 1
-  if steps >= 3 and S.composable and not S.timeline then
+  -- A drawn step runs every decode step, unless there are so many that
+  -- their events would outgrow the memory budget (a 94-layer MoE keeps
+  -- ~1 MB of timeline per step): then the middle ones are fast-forwarded
+  -- too and the timeline says how many it does not draw.
+  local draw_all = S.timeline and steps <= F.DRAWN_DECODE_STEPS
+  if steps >= 3 and S.composable and not draw_all then
+    if S.timeline then S.timeline_skipped = (S.timeline_skipped or 0) + steps - 2 end
     -- Decode steps differ only in `past`, and every size in one is a
     -- nondecreasing function of it (caches, mask, scores), so each step's
     -- live bytes, event by event, are at least the step before's: the

@@ -172,6 +172,7 @@ function M.finish_trace(S, st)
   st.trace = S.tape:take_trace()
   if st.trace then st.names = S.tape:names() end
   st.timeline = require("stdlib.timeline").collect(S.tape) -- nil unless recorded
+  if st.timeline then st.timeline.skipped_decode = S.timeline_skipped end
   return st
 end
 

@@ -68,6 +68,27 @@ function tests.fast_forwarded_decode_steps_equal_every_step()
     generate_tokens = 6 }, "qwen3 moe")
 end
 
+-- Past DRAWN_DECODE_STEPS a drawn step fast-forwards the middle decode
+-- steps too (their events would outgrow the memory budget on a large MoE):
+-- the answer is still the full one, and the timeline says how many steps
+-- it leaves out.
+function tests.a_long_decode_is_drawn_with_its_middle_steps_left_out()
+  local n = require("models.causal_lm").DRAWN_DECODE_STEPS + 6
+  local run = run_of("qwen2_5_1_5b_instruct", { num_hidden_layers = 2 },
+    { mode = "generate", seq = 4, generate_tokens = n, attention = "sdpa" })
+  run.compose = false
+  local full = answer(step.run(run))
+  run.compose, run.timeline = nil, true
+  local drawn = step.run(run)
+  T.eq(answer(drawn), full, "long decode with a timeline")
+  T.eq(drawn.timeline.skipped_decode, n - 1 - 2, "middle decode steps left out")
+  T.ok(require("stdlib.timeline").text(drawn.timeline)[1]:find(("%d middle decode steps not drawn")
+    :format(n - 3), 1, true), "the terminal says so")
+  -- at the limit every step is drawn
+  run.generate_tokens = n - 6 + 1
+  T.eq(step.run(run).timeline.skipped_decode, nil, "every step drawn at the limit")
+end
+
 function tests.grad_free_layers_equal_every_layer()
   for _, f in ipairs({ { attention = "eager" }, { attention = "sdpa", batch = 3 },
     { framework = "pytorch-cpu", precision = { params = "fp32" } },
