@@ -374,6 +374,23 @@ static void parse_string(jparser *p) {
 
 static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
 
+/* Python's json.dump writes float('inf') and float('nan') as Infinity,
+ * -Infinity and NaN (allow_nan=True, its default), and such configs are
+ * published (Nemotron-H's time_step_limit). They are not JSON, and no value
+ * stands in for them safely, so they stay refused, but by name and with
+ * what to do. Checks the bytes at `at` only, within n. */
+static void refuse_non_finite(jparser *p, size_t at) {
+  static const char *const words[] = {"-Infinity", "Infinity", "NaN"};
+  for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
+    size_t k = strlen(words[w]);
+    if (p->n - at >= k && memcmp(p->s + at, words[w], k) == 0)
+      jfail(p, at,
+            "%s is not JSON (Python's json.dump writes it for a non-finite float): "
+            "replace it with a finite number or null",
+            words[w]);
+  }
+}
+
 /* Pushes the number at p->pos: an integer when it has no fraction or
  * exponent and fits int64, a float otherwise. */
 static void parse_number(jparser *p) {
@@ -393,6 +410,7 @@ static void parse_number(jparser *p) {
   } else if (i < p->n && is_digit(s[i])) {
     while (i < p->n && is_digit(s[i])) i++;
   } else {
+    refuse_non_finite(p, start);
     jfail(p, start, "invalid number");
     return;
   }
@@ -575,10 +593,12 @@ static void parse_value(jparser *p) {
       lua_pushlightuserdata(p->L, vb_json_null());
       break;
     default:
-      if (c == '-' || is_digit(c))
+      if (c == '-' || is_digit(c)) {
         parse_number(p);
-      else
+      } else {
+        refuse_non_finite(p, p->pos);
         jfail(p, p->pos, "unexpected %s", what_at(p, p->pos, buf));
+      }
   }
 }
 

@@ -28,6 +28,15 @@ T.raises(function() json.decode("[1,]") end, "json:1:4: json: unexpected ']'")
 T.raises(function() json.decode('{"a":\n[1,\n2', "cfg.json") end,
   "cfg.json:3:2: json: expected ',' or ']' but found end of input")
 T.raises(function() json.decode('["abc') end, "json:1:2: json: unterminated string")
+-- Python's allow_nan literals: refused by name, with what to do; a prefix of
+-- one (read to the end of the input) is the ordinary error, never past it
+T.raises(function() json.decode('{"t": [0.0,\n Infinity]}') end,
+  "json:2:2: json: Infinity is not JSON (Python's json.dump writes it for a non-finite float)")
+T.raises(function() json.decode("[-Infinity]") end, "json:1:2: json: -Infinity is not JSON")
+T.raises(function() json.decode("NaN") end, "json:1:1: json: NaN is not JSON")
+T.raises(function() json.decode("[-Infinit") end, "json:1:2: json: invalid number")
+T.raises(function() json.decode("[Na") end, "json:1:2: json: unexpected 'N'")
+T.raises(function() json.decode("[nan]") end, "did you mean 'null'")
 T.raises(function() json.decode('[\n  "a\\q"]') end, "json:2:5: json: invalid escape '\\q'")
 T.raises(function() json.decode('"\\ud83d"') end, "unpaired surrogate")
 T.raises(function() json.decode('"a\255"') end, "json:1:3: json: invalid UTF-8")
