@@ -34,10 +34,26 @@ local llama = { models = decoder.FACTOR_KEYS, read = function(c, m)
   m.o_bias = m.qkv_bias
 end }
 
+-- Mistral: transformers' MistralAttention builds q/k/v/o_proj and MistralMLP
+-- gate/up/down_proj with bias=False whatever the config says
+-- (modeling_mistral.py), so a true attention_bias or mlp_bias is a config of
+-- another model (a biased Llama relabelled mistral): refused, as decoder.lua
+-- refuses the count keys a model_type does not read, never counted.
+local mistral = { models = decoder.FACTOR_KEYS, read = function(c, m)
+  for _, k in ipairs({ "attention_bias", "mlp_bias" }) do
+    if c:bool(k, false) then
+      c:fail(k, "is true, but transformers' Mistral builds its projections without bias "
+        .. "(modeling_mistral.py), so this is not a plain mistral config: a Llama with "
+        .. "biases is model_type 'llama'")
+    end
+  end
+  m.qkv_bias, m.o_bias, m.mlp_bias = false, false, false
+end }
+
 local base = F.variant("decoder",
   "decoder-only LMs: Llama, Mistral, Qwen2/2.5, Qwen3 (models/decoder_lm.lua)", {
   llama = llama,
-  mistral = llama,
+  mistral = mistral,
   -- Qwen2/2.5: q/k/v bias, none on o_proj
   qwen2 = { models = decoder.FACTOR_KEYS,
     read = function(c, m) m.qkv_bias, m.o_bias = true, false end },

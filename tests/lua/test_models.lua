@@ -178,6 +178,29 @@ T.test("unknown model types say how to add a family", function()
   T.raises(function() count_cfg({}, "c") end, "no model_type or architectures")
 end)
 
+-- transformers' MistralAttention and MistralMLP build no biases whatever
+-- the config says (modeling_mistral.py): a true attention_bias or mlp_bias
+-- is refused by name, never counted as biases the checkpoint lacks.
+T.test("mistral refuses attention_bias and mlp_bias it never builds", function()
+  local c = preset("mistral_7b_v0_1")
+  c.attention_bias, c.mlp_bias = false, false
+  T.eq(count_cfg(c, "m.json").total, 7241732096)           -- Mistral-7B-v0.1, as without them
+  for _, k in ipairs({ "attention_bias", "mlp_bias" }) do
+    local b = preset("mistral_7b_v0_1")
+    b[k] = true
+    T.raises(function() count_cfg(b, "m.json") end,
+      "m.json: " .. k .. ": is true, but transformers' Mistral builds its projections without bias")
+  end
+  local v = preset("mistral_small_3_1_24b_instruct_2503")
+  v.text_config.attention_bias = true
+  T.raises(function() count_cfg(v, "v.json") end, "v.json: text_config.attention_bias: is true")
+  -- Llama reads the key (LlamaAttention's bias=config.attention_bias)
+  local l = preset("mistral_7b_v0_1")
+  l.model_type, l.architectures, l.attention_bias = "llama", nil, true
+  local H, kv = 4096, 1024 -- q,o: 4096 biases each, k,v: 1024 each, per layer
+  T.eq(count_cfg(l, "l.json").total, 7241732096 + 32 * (2 * H + 2 * kv))
+end)
+
 T.test("missing or bad fields name the field", function()
   T.raises(function() count_cfg({ model_type = "qwen3_vl", text_config = {} }, "c.json") end,
     "c.json: vision_config: is required but missing")
