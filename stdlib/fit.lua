@@ -100,7 +100,7 @@ local function adam_like(r)
   return r.optimizer.name == "adam" or r.optimizer.name == "adamw"
 end
 M.MENU = {
-  { name = "sdpa attention", cost = 0, note = "same math, no T^2 attention buffers",
+  { name = "sdpa attention", cost = 0, needs = "sdpa", note = "same math, no T^2 attention buffers",
     applies = function(r) return r.attention == "eager" end,
     edit = function(r) r.attention = "sdpa" end },
   { name = "fused linear cross-entropy (Liger)", cost = 0, needs = "liger",
@@ -234,7 +234,7 @@ end
 
 -- The levers that change this run: the menu's and the layout's, less
 -- those naming a library the run's stack does not have (`needs`: Liger,
--- bitsandbytes, DeepSpeed, FSDP are PyTorch's; frameworks' `libraries`).
+-- bitsandbytes, DeepSpeed, FSDP, sdpa are PyTorch's; frameworks' `libraries`).
 function M.levers(run)
   local have = {}
   for _, l in ipairs(frameworks.of(run).libraries or {}) do have[l] = true end

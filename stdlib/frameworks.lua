@@ -22,7 +22,8 @@
 --   undisposed_temporaries  temporaries outlive their use unless disposed
 --                (observed.lua names it as a cause of an excess)
 --   libraries    the training libraries a `fit --knobs` lever may name on
---                this stack: deepspeed, fsdp, bitsandbytes, liger (Triton
+--                this stack: sdpa (PyTorch's scaled_dot_product_attention,
+--                in libtorch), deepspeed, fsdp, bitsandbytes, liger (Triton
 --                kernels, CUDA only); levers that need none are offered anywhere
 local errors = require("stdlib.errors")
 

@@ -34,5 +34,5 @@ return {
     "MPS: buffers rounded to 16 KiB (Metal heap alignment, assumed); "
       .. "PYTORCH_MPS_HIGH_WATERMARK_RATIO 1.7 x the working set is the hard OOM limit",
   },
-  libraries = {}, -- what fit --knobs may name here (stdlib/frameworks.lua)
+  libraries = { "sdpa" }, -- libtorch's scaled_dot_product_attention (stdlib/frameworks.lua)
 }

@@ -9,5 +9,5 @@ return {
   context = 500 << 20,
   adam_step_bytes = 0, -- Adam's step counters are host tensors on CUDA
   assumptions = { "CUDA context + cuBLAS workspace ~500 MiB (assumed)" },
-  libraries = { "deepspeed", "fsdp", "bitsandbytes", "liger" }, -- what fit --knobs may name here (stdlib/frameworks.lua)
+  libraries = { "sdpa", "deepspeed", "fsdp", "bitsandbytes", "liger" }, -- what fit --knobs may name here (stdlib/frameworks.lua)
 }

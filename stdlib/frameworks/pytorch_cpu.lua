@@ -7,5 +7,5 @@ return {
   context = 0,
   adam_step_bytes = 4, -- Adam's step counters are fp32 tensors on the device
   assumptions = { "CPU: no device context" },
-  libraries = {}, -- what fit --knobs may name here (stdlib/frameworks.lua)
+  libraries = { "sdpa" }, -- libtorch's scaled_dot_product_attention (stdlib/frameworks.lua)
 }

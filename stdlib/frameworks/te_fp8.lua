@@ -29,5 +29,5 @@ return {
       .. "copy with its transpose for backward, and fp32 amax history + scales; "
       .. "norms, attention, embeddings and an nn.Linear head stay in the model dtype",
   },
-  libraries = { "deepspeed", "fsdp", "bitsandbytes", "liger" }, -- what fit --knobs may name here (stdlib/frameworks.lua)
+  libraries = { "sdpa", "deepspeed", "fsdp", "bitsandbytes", "liger" }, -- what fit --knobs may name here (stdlib/frameworks.lua)
 }

@@ -12,5 +12,5 @@ return {
   assumptions = { "libtorch CUDA context ~500 MiB (assumed)",
     "TorchSharp: temporaries freed when disposed, as Python frees them; undisposed ones "
       .. "are counted only with run.undisposed_steps" },
-  libraries = {}, -- what fit --knobs may name here (stdlib/frameworks.lua)
+  libraries = { "sdpa" }, -- libtorch's scaled_dot_product_attention (stdlib/frameworks.lua)
 }

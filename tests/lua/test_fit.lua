@@ -154,6 +154,23 @@ function tests.library_levers_are_offered_only_where_the_stack_has_the_library()
   end
 end
 
+-- sdpa is PyTorch's kernel (libtorch's scaled_dot_product_attention): an
+-- eager-attention run is offered it on the libtorch stacks, never on JAX.
+function tests.sdpa_is_offered_only_on_libtorch_stacks()
+  local function offers_sdpa(fw)
+    for _, m in ipairs(fit.levers(run_of({ framework = fw, attention = "eager" }))) do
+      if m.name == "sdpa attention" then return true end
+    end
+    return false
+  end
+  for _, fw in ipairs({ "pytorch", "pytorch-cpu", "torchsharp", "te-fp8" }) do
+    T.ok(offers_sdpa(fw), "sdpa on " .. fw)
+  end
+  T.ok(not offers_sdpa("jax"), "no sdpa lever on jax")
+  T.ok(not names(fit.knobs(run_of({ framework = "jax", attention = "eager" }), BIG, 1))
+    :find("sdpa", 1, true), "fit --knobs names no sdpa on jax")
+end
+
 -- The spec refuses LoRA over TransformerEngine's te.Linear: not offered.
 function tests.no_lora_lever_under_te_fp8()
   for _, m in ipairs(fit.levers(run_of({ framework = "te-fp8" }))) do
