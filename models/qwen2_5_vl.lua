@@ -42,7 +42,17 @@ local function read_vision(vc, where)
   }
   local full = c:raw("fullatt_block_indexes") or { 7, 15, 23, 31 }
   if type(full) ~= "table" then c:fail("fullatt_block_indexes", "must be a list") end
-  v.full_blocks = #full
+  v.full_blocks = {}
+  for i, b in ipairs(full) do
+    if math.type(b) ~= "integer" or b < 0 or b >= v.depth then
+      c:fail("fullatt_block_indexes[" .. i .. "]", ("must be a block index 0..%d"):format(v.depth - 1))
+    end
+    v.full_blocks[b + 1] = true
+  end
+  if v.window // v.merge // v.patch < 1 then
+    c:fail("window_size", ("must be at least spatial_merge_size * patch_size (%d)"):format(
+      v.merge * v.patch))
+  end
   if v.hidden % v.heads ~= 0 then
     c:fail("num_heads", ("must divide hidden_size (%d)"):format(v.hidden))
   end
@@ -102,18 +112,43 @@ function F.pixel_values(m, image)
   return qwen2_vl.pixel_count(m.vision, F.image_tokens(m, image))
 end
 
--- Every block is simulated with full attention over the image's patches:
--- the windowed blocks attend within windows of (window_size / patch)^2
--- patches, so their attention scores (eager) are an upper bound here; the
--- gated MLP and RMSNorms are simulated as SigLIP's LayerNorm MLP.
+-- get_window_index (modeling_qwen2_5_vl.py): the merged grid (grid /
+-- merge) cut into windows of window_size / merge / patch merged tokens a
+-- side, the last row and column of windows cut short; a window holds
+-- merge^2 patches per merged token. Returns { {count, size}, ... } per image.
+local function windows(v, grid_h, grid_w)
+  local win = v.window // v.merge // v.patch
+  local function spans(n) -- window sides along one axis: {side = count}
+    local t = {}
+    if n // win > 0 then t[win] = n // win end
+    if n % win > 0 then t[n % win] = (t[n % win] or 0) + 1 end
+    return t
+  end
+  local by = {}
+  for rh, ch in pairs(spans(grid_h // v.merge)) do
+    for rw, cw in pairs(spans(grid_w // v.merge)) do
+      local size = rh * rw * v.merge * v.merge
+      by[size] = (by[size] or 0) + ch * cw
+    end
+  end
+  local out = {}
+  for size, count in pairs(by) do out[#out + 1] = { count = count, size = size } end
+  table.sort(out, function(a, b) return a.size > b.size end)
+  return out
+end
+
+-- The vision tower's attention is split as the model splits it: windows in
+-- the windowed blocks, whole images in the fullatt_block_indexes ones
+-- (eager scores per span); the gated MLP and RMSNorms are simulated as
+-- SigLIP's LayerNorm MLP.
 function F.simulator(m, images)
   local v, t = m.vision, F.image_tokens(m, images)
   local d = siq.describe({ where = m.where, text = m.text, hidden = v.hidden, layers = v.depth,
     heads = v.heads, intermediate = v.intermediate, patch = v.patch, side = t.factor,
-    grid_h = t.grid[2], grid_w = t.grid[3], merge = v.merge, images = images.count })
-  d.assumptions = { ("qwen2_5_vl: the vision tower's %d windowed blocks (windows of %d px) are "
-    .. "simulated with full attention, its gated MLP and RMSNorms as a LayerNorm GELU MLP of "
-    .. "the same width"):format(v.depth - v.full_blocks, v.window) }
+    grid_h = t.grid[2], grid_w = t.grid[3], merge = v.merge, images = images.count,
+    windows = windows(v, t.grid[2], t.grid[3]), full_layers = v.full_blocks })
+  d.assumptions = { "qwen2_5_vl: the vision tower's gated MLP and RMSNorms are simulated as a "
+    .. "LayerNorm GELU MLP of the same width" }
   return d
 end
 

@@ -36,6 +36,9 @@ function V.normalize(cfg, where, prefix)
   m.grid_h, m.grid_w = m.grid_h or m.grid, m.grid_w or m.grid
   m.patches = m.grid_h * m.grid_w
   m.head_dim = m.hidden // m.heads
+  -- set by a family's simulator description (models/siq_vlm.lua), not a
+  -- config key: Qwen2.5-VL's attention windows and full-attention layers
+  m.windows, m.full_layers = cfg.windows, cfg.full_layers
   return m
 end
 
@@ -112,15 +115,49 @@ function V.build(S, m, dt, tr, lo)
   return P
 end
 
-local function layer_forward(S, l, x, m, batch, attention)
+-- Qwen2.5-VL's eager vision attention (modeling_qwen2_5_vl.py): q, k, v
+-- split along the patches into the attention spans (cu_seqlens: whole
+-- images in full blocks, the windows of m.windows = { {count, size}, ... }
+-- patches per image in windowed blocks), eager attention per span, the
+-- outputs concatenated: scores [heads, span, span] per span, not over all
+-- patches. Spans of one size run as one batch.
+local function split_attention(S, q, k, v, m, batch, attention, windowed)
+  local groups = windowed and m.windows or { { count = 1, size = m.patches } }
+  local outs, saved = {}, {}
+  local function part(x, n) -- a view of the span group's rows
+    S.tape:retain(x.id)
+    return { id = x.id, n = n, dt = x.dt, b = S:bytes(x.dt, n), rg = x.rg }
+  end
+  for _, g in ipairs(groups) do
+    local n = batch * g.count * g.size * m.hidden
+    local qs, ks, vs = part(q, n), part(k, n), part(v, n)
+    local o, w = layers.eager_attention(S, qs, ks, vs, nil, {
+      batch = batch * g.count, heads = m.heads, kv_heads = m.heads, tq = g.size, tk = g.size,
+      head_dim = m.head_dim, impl = attention }, "vision.attn")
+    S:drop(qs, ks, vs)
+    outs[#outs + 1], saved[#saved + 1] = o, w
+  end
+  local ins = {}
+  for i, o in ipairs(outs) do ins[i] = { o, alias = 1 } end
+  local attn = S:op("vision.attn.cat", q.n, outs[1].dt, outs, {}, ins)
+  S:drop(table.unpack(outs))
+  return attn, saved
+end
+
+local function layer_forward(S, l, x, m, batch, attention, windowed)
   local rows = batch * m.patches
   local n1 = layers.layernorm(S, x, l.ln1_w, l.ln1_b, rows, "layer_norm1")
   local q = layers.linear(S, n1, l.q, rows)
   local k = layers.linear(S, n1, l.k, rows)
   local v = layers.linear(S, n1, l.v, rows)
-  local attn, weights = layers.eager_attention(S, q, k, v, nil, {
-    batch = batch, heads = m.heads, kv_heads = m.heads, tq = m.patches, tk = m.patches,
-    head_dim = m.head_dim, impl = attention }, "vision.attn")
+  local attn, weights
+  if m.windows then
+    attn, weights = split_attention(S, q, k, v, m, batch, attention, windowed)
+  else
+    attn, weights = layers.eager_attention(S, q, k, v, nil, {
+      batch = batch, heads = m.heads, kv_heads = m.heads, tq = m.patches, tk = m.patches,
+      head_dim = m.head_dim, impl = attention }, "vision.attn")
+  end
   local o = layers.linear(S, attn, l.o, rows)
   S:drop(attn, q, k, v, n1)
   local h1 = layers.add(S, x, o, "vision.residual")
@@ -129,7 +166,8 @@ local function layer_forward(S, l, x, m, batch, attention)
   local mm = layers.gelu_mlp(S, n2, l.mlp, rows, "vision.mlp")
   S:drop(n2)
   local out = layers.add(S, h1, mm, "vision.residual")
-  S:drop(mm, h1, weights)
+  S:drop(mm, h1)
+  if m.windows then S:drop(table.unpack(weights)) else S:drop(weights) end
   return out
 end
 
@@ -170,14 +208,17 @@ function V.forward(S, P, pixels, o)
   S:drop(conv, pos)
   local kept = keep and not S.grad and {} or nil
   if kept then compose_ok = false end
+  -- windowed and full-attention blocks differ: simulate every layer
+  if m.windows then compose_ok = false end
+  local function windowed(i) return m.windows ~= nil and not m.full_layers[i] end
   local function one(i, h)
     local out
     if ckpt and S.grad then
       S:checkpoint_begin()
-      out = layer_forward(S, P.layers[i], h, m, batch, attention)
+      out = layer_forward(S, P.layers[i], h, m, batch, attention, windowed(i))
       S:checkpoint_end({ h }, { out }, "vision.checkpoint")
     else
-      out = layer_forward(S, P.layers[i], h, m, batch, attention)
+      out = layer_forward(S, P.layers[i], h, m, batch, attention, windowed(i))
     end
     if kept and i <= keep + 1 then kept[#kept + 1] = h else S:drop(h) end
     return out

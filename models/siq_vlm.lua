@@ -62,7 +62,10 @@ end
 --         a sample's images occupy in the sequence by the family's
 --         image_tokens, when they are not the merged grids: special tokens
 --         around or between the features are embedded as text, features a
---         family's packing drops (LLaVA-NeXT's unpadding) are copied out) }
+--         family's packing drops (LLaVA-NeXT's unpadding) are copied out),
+--         windows, full_layers (optional: attention split into windows of
+--         { {count, size}, ... } patches per image except in the layers
+--         full_layers[i] (1-based), models/siglip.lua) }
 function F.describe(d)
   if d.side % d.patch ~= 0 then
     errors.input(d.where, "image side", ("%d is not a multiple of the patch size %d"):format(
@@ -73,7 +76,8 @@ function F.describe(d)
     text = d.text,
     vision = { hidden_size = d.hidden, num_hidden_layers = d.layers,
       num_attention_heads = d.heads, intermediate_size = d.intermediate, patch_size = d.patch,
-      image_size = d.side, num_channels = 3, grid_h = d.grid_h, grid_w = d.grid_w },
+      image_size = d.side, num_channels = 3, grid_h = d.grid_h, grid_w = d.grid_w,
+      windows = d.windows, full_layers = d.full_layers },
     vlm = { pixel_shuffle_factor = d.merge, projector_hidden_act = "gelu",
       multimodal_projector_bias = true, deepstack = d.deepstack, images = d.images,
       tokens = d.tokens },

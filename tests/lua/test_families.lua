@@ -989,6 +989,41 @@ T.test("a sliding-window layer's cache keeps the window, not the sequence", func
   T.eq(slide.phase_peaks.prefill, full.phase_peaks.prefill) -- prefill keeps every token
 end)
 
+T.test("Qwen2.5-VL's windowed vision blocks price attention per window", function()
+  local function copy(full)
+    local c, vc = {}, {}
+    for k, v in pairs(VLMS.qwen2_5_vl_3b) do c[k] = v end
+    for k, v in pairs(c.vision_config) do vc[k] = v end
+    vc.fullatt_block_indexes, c.vision_config = full, vc
+    return c
+  end
+  -- 448 x 644 px: 32 x 46 patches, 16 x 23 merged tokens, windows of
+  -- 112 / 2 / 14 = 4 merged tokens a side (get_window_index): 4 x 5 whole
+  -- windows of 64 patches, a last column of 4 windows 4 x 3 (48 patches)
+  local img = { count = 1, width = 644, height = 448 }
+  local fam, c = registry.find(copy({ 7, 15, 23, 31 }), "q")
+  local d = fam.simulator(fam.read(c, "q"), img)
+  T.eq(d.vision.grid_h * d.vision.grid_w, 32 * 46)
+  T.eq(d.vision.windows[1].count, 20)
+  T.eq(d.vision.windows[1].size, 64)
+  T.eq(d.vision.windows[2].count, 4)
+  T.eq(d.vision.windows[2].size, 48)
+  T.eq(#d.vision.windows, 2)
+  -- training saves each layer's bf16 attention probabilities: the 28
+  -- windowed blocks hold 16 heads x (64^2 x 20 + 48^2 x 4) scores instead
+  -- of 16 x 1472^2, so making every block full attention costs at least
+  -- that difference
+  local r = { mode = "train", batch = 1, seq = 16, images = img }
+  local all = {}
+  for i = 0, 31 do all[#all + 1] = i end
+  local win = step.run(run_of(copy({ 7, 15, 23, 31 }), 2, r)).peak
+  local full = step.run(run_of(copy(all), 2, r)).peak
+  T.ok(full - win >= 28 * 16 * (1472 ^ 2 - (64 ^ 2 * 20 + 48 ^ 2 * 4)) * 2,
+    ("%d -> %d"):format(win, full))
+  T.raises(function() run_of(copy({ 32 }), 2, r) end,
+    "vision_config.fullatt_block_indexes[1]: must be a block index 0..31")
+end)
+
 T.test("a quantized VLM checkpoint prices its language model packed", function()
   local c = {}
   for k, v in pairs(VLMS.qwen2_5_vl_3b) do c[k] = v end
