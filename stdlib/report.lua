@@ -55,6 +55,7 @@ function R.budget(st, run, gpu_name)
         .. ")") or ("stay " .. (run.param_dtype or q.compute) .. " (transformers' default; no "
         .. "prepare_model_for_kbit_training)"))
   end
+  if q and q.ckpt and q.ckpt.note then b.assumptions[#b.assumptions + 1] = q.ckpt.note end
   -- the load phase (stdlib/load.lua): its own peak, and whether it is the run's
   b.load = require("stdlib.load").summary(st, run)
   if b.load and run.load and run.load.note then

@@ -372,7 +372,9 @@ local function read_quant(prec, r, cfg, path, where)
         .. "transformers: add run.lora, or set run.precision.dequantize: true to train "
         .. "dequantized weights")
     end
-    local d = require("stdlib.quant").read(qc, path)
+    local text = cfg.text_config or {}
+    local d = require("stdlib.quant").read(qc, path,
+      cfg.torch_dtype or cfg.dtype or text.torch_dtype or text.dtype)
     q = { ckpt = d, store = d.store, compute = r.dtype, dequant = d.method == "bitsandbytes" }
   end
   -- peft's prepare_model_for_kbit_training (axolotl and TRL call it for

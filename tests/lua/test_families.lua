@@ -482,6 +482,93 @@ T.test("quantized checkpoints: each format's bytes, scales included", function()
     "per-layer exceptions are not modelled")
 end)
 
+T.test("compressed-tensors and fbgemm_fp8 checkpoints: weights, scales, zero points", function()
+  local Q = require("stdlib.quant")
+  local S = require("stdlib.sim").new({})
+  local function bytes(qc, out, inn) return Q.weight_bytes(S, Q.read(qc, "q.json", "bfloat16"),
+    out, inn) end
+  local function scheme(fmt, w, a, ignore)
+    return { quant_method = "compressed-tensors", format = fmt, quantization_status = "compressed",
+      ignore = ignore or { "lm_head" }, kv_cache_scheme = vram.json.null,
+      config_groups = { group_0 = { targets = { "Linear" }, weights = w,
+        input_activations = a or vram.json.null, output_activations = vram.json.null } } }
+  end
+  -- the schemes of RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16 (int4
+  -- symmetric, group 128, pack-quantized), -FP8-dynamic (fp8 per channel,
+  -- dynamic per-token fp8 inputs, float-quantized) and -quantized.w8a8 (int8
+  -- per channel, dynamic per-token int8 inputs, int-quantized), lm_head ignored
+  -- (config.json's quantization_config as published, keys this reader uses).
+  -- Shapes: q_proj 4096 x 4096, down_proj 4096 x 14336; bf16 scales.
+  local w4a16 = scheme("pack-quantized", { num_bits = 4, type = "int", symmetric = true,
+    strategy = "group", group_size = 128, dynamic = false, actorder = vram.json.null })
+  -- weight_packed int32 (4096, 4096 / 8), weight_scale bf16 (4096, 32), weight_shape int64[2]
+  T.eq(bytes(w4a16, 4096, 4096), 4 * 4096 * 512 + 2 * 4096 * 32 + 16)
+  T.eq(bytes(w4a16, 4096, 14336), 4 * 4096 * 1792 + 2 * 4096 * 112 + 16)
+  local fp8 = scheme("float-quantized", { num_bits = 8, type = "float", symmetric = true,
+    strategy = "channel", dynamic = false }, { num_bits = 8, type = "float", symmetric = true,
+    strategy = "token", dynamic = true })
+  -- e4m3 weight + a bf16 scale per output row; dynamic inputs store nothing
+  T.eq(bytes(fp8, 14336, 4096), 14336 * 4096 + 2 * 14336)
+  local w8a8 = scheme("int-quantized", { num_bits = 8, type = "int", symmetric = true,
+    strategy = "channel", dynamic = false }, { num_bits = 8, type = "int", symmetric = true,
+    strategy = "token", dynamic = true })
+  T.eq(bytes(w8a8, 4096, 14336), 4096 * 14336 + 2 * 4096)
+  T.eq(Q.read(w8a8, "q.json", "bfloat16").store, "int8")
+  -- asymmetric int4, group 64, actorder group: zero points packed 8 per int32
+  -- along the output (1000 -> 125 rows x 5 groups), g_idx int32 per input;
+  -- 300 inputs pack into ceil(300 / 8) = 38 int32 per row
+  T.eq(bytes(scheme("pack-quantized", { num_bits = 4, type = "int", symmetric = false,
+    strategy = "group", group_size = 64, actorder = "group" }), 1000, 300),
+    4 * 1000 * 38 + 2 * 1000 * 5 + 16 + 4 * 125 * 5 + 4 * 300)
+  -- static per-tensor fp8: one bf16 weight scale, one bf16 input scale
+  T.eq(bytes(scheme("float-quantized", { num_bits = 8, type = "float", strategy = "tensor" },
+    { num_bits = 8, type = "float", strategy = "tensor", dynamic = false }), 4096, 4096),
+    4096 * 4096 + 2 + 2)
+  -- fp8 blocks of 128 x 128: a bf16 scale per block
+  T.eq(bytes(scheme("float-quantized", { num_bits = 8, type = "float", strategy = "block",
+    block_structure = { 128, 128 } }), 1000, 300), 1000 * 300 + 2 * 8 * 3)
+  -- fbgemm_fp8 (transformers FbgemmFp8Linear): e4m3 weight, fp32 scale per
+  -- row, fp32 input_scale_ub
+  T.eq(bytes({ quant_method = "fbgemm_fp8", activation_scale_ub = 1200.0 }, 4096, 4096),
+    4096 * 4096 + 4 * 4096 + 4)
+  local function refused(qc, what, dtype)
+    T.raises(function() Q.read(qc, "q.json", dtype == nil and "bfloat16" or dtype or nil) end, what)
+  end
+  refused(scheme("marlin-24", w4a16.config_groups.group_0.weights), "format: 'marlin-24' is not modelled")
+  refused(scheme("pack-quantized", w4a16.config_groups.group_0.weights, nil, {}),
+    "lm_head is quantized: not modelled")
+  local two = scheme("pack-quantized", w4a16.config_groups.group_0.weights)
+  two.config_groups.group_1 = two.config_groups.group_0
+  refused(two, "config_groups: several schemes")
+  local sparse = scheme("pack-quantized", w4a16.config_groups.group_0.weights)
+  sparse.sparsity_config = { format = "sparse-24-bitmask" }
+  refused(sparse, "sparsity_config: is set")
+  refused(scheme("pack-quantized", { num_bits = 2, type = "int", strategy = "channel" }),
+    "int 2-bit in pack-quantized is not modelled")
+  refused(scheme("int-quantized", { num_bits = 4, type = "float", strategy = "channel" }),
+    "float 4-bit in int-quantized is not modelled")
+  refused(w4a16, "config.json needs torch_dtype", false)
+end)
+
+T.test("a compressed-tensors w4a16 Llama holds its packed weights end to end", function()
+  -- Llama-3-8B shapes, 2 layers, with the w4a16 scheme above: by hand,
+  -- bf16 embedding and (untied) lm_head 128256 x 4096, bf16 norms, and per
+  -- projection weight_packed int32 (out, in / 8) + bf16 scales (out, in / 128)
+  -- + weight_shape int64[2]
+  local function proj(out, inn) return 4 * out * inn // 8 + 2 * out * inn // 128 + 16 end
+  local layer = 2 * 4096 * 2 + 2 * proj(4096, 4096) + 2 * proj(1024, 4096)
+    + 2 * proj(14336, 4096) + proj(4096, 14336)
+  local want = 2 * 128256 * 4096 * 2 + 4096 * 2 + 2 * layer
+  local run = spec.normalize({ model = { preset = "llama_3_8b", overrides = {
+    num_hidden_layers = 2, torch_dtype = "bfloat16", quantization_config = {
+      quant_method = "compressed-tensors", format = "pack-quantized", ignore = { "lm_head" },
+      config_groups = { group_0 = { targets = { "Linear" }, weights = { num_bits = 4,
+        type = "int", symmetric = true, strategy = "group", group_size = 128 } } } } } },
+    run = { mode = "inference", batch = 1, seq = 1, framework = "pytorch-cpu" } },
+    "s.yaml", registry)
+  T.eq(step.run(run).live_by_category.weights, want)
+end)
+
 T.test("gpt-oss weights as stored: mxfp4 experts, the rest bf16", function()
   -- model.safetensors.index.json metadata.total_size: gpt-oss-20b
   -- 13,761,264,768 bytes (a verbatim copy in index file 31112482743),
