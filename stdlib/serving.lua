@@ -13,7 +13,8 @@
 --   num_blocks = available_kv // (page * layers)
 --   tokens = num_blocks * block_size
 --   max concurrency = num_blocks / ceil(max_model_len / block_size)
--- Weights, pages and blocks are exact for an unquantized dense decoder; the
+-- Weights, pages and blocks are exact for a dense decoder, unquantized or
+-- with a quantization_config stdlib/quant.lua reads (stored bytes); the
 -- activation peak and CUDA-graph pool are estimates from the op shapes
 -- (labelled), since vLLM measures them on the device.
 local vram = require("vram")
@@ -41,17 +42,29 @@ end
 
 -- Weight bytes of one tensor-parallel rank (vLLM's column/row-parallel
 -- linears, vocab-parallel embedding padded to 64 rows per shard, replicated
--- norms, K/V heads replicated when fewer than the ranks).
-function M.weights(t, tp, dt, quant)
+-- norms, K/V heads replicated when fewer than the ranks). quant: a dtype
+-- for every projection (--quantization on an unquantized checkpoint);
+-- ckpt: a stdlib/quant description of the checkpoint's quantization_config,
+-- whose projections vLLM keeps as stored (each tensor of the rank's shard,
+-- scales included; embeddings, norms and skipped modules in dt).
+function M.weights(t, tp, dt, quant, ckpt)
   local H, hd, L = t.hidden, t.head_dim, t.layers
   local heads_r = t.heads // tp
   local kv_r = math.max(1, t.kv_heads // tp)
   local I_r = t.intermediate // tp
   local lin_dt = quant or dt
-  local function lin(i, o) return vram.bytes(lin_dt, i, o) end
+  local Q = ckpt and require("stdlib.quant")
+  local function lin(i, o, group, leaf)
+    if not (ckpt and Q.applies(ckpt, group, leaf)) then return vram.bytes(lin_dt, i, o) end
+    local sum = 0
+    for _, b in ipairs(ckpt.tensors(o, i, leaf)) do sum = vram.add(sum, b) end
+    return sum
+  end
   local function vec(n) return vram.bytes(dt, n) end
-  local per = lin(H, heads_r * hd) + 2 * lin(H, kv_r * hd) + lin(heads_r * hd, H)
-    + 2 * lin(H, I_r) + lin(I_r, H) + (t.norms == "sandwich" and 4 or 2) * vec(H)
+  local per = lin(H, heads_r * hd, "self_attn", "q_proj") + lin(H, kv_r * hd, "self_attn",
+    "k_proj") + lin(H, kv_r * hd, "self_attn", "v_proj") + lin(heads_r * hd, H, "self_attn",
+    "o_proj") + lin(H, I_r, "mlp", "gate_proj") + lin(H, I_r, "mlp", "up_proj")
+    + lin(I_r, H, "mlp", "down_proj") + (t.norms == "sandwich" and 4 or 2) * vec(H)
   if t.qkv_bias then per = per + vec((heads_r + 2 * kv_r) * hd) end
   if t.o_bias then per = per + vec(H) end
   if t.qk_norm == "full" then per = per + vec((heads_r + kv_r) * hd)
@@ -124,8 +137,19 @@ function M.estimate(s, run, gpu, where)
     end
     if not c then assume("dtype auto: the config names no torch_dtype; bf16 assumed") end
   end
-  local quant
-  if s.quantization then
+  local quant, ckpt = nil, run.quant and run.quant.ckpt
+  if ckpt then
+    -- vLLM reads the method from the checkpoint; --quantization may only
+    -- name it or its Marlin kernel (ModelConfig._verify_quantization)
+    local ok = { [ckpt.method] = true, [ckpt.method .. "_marlin"] = true }
+    if s.quantization and not ok[s.quantization] then
+      errors.input(where, "quantization", ("'%s' does not match the checkpoint's "
+        .. "quantization_config (%s); vLLM refuses to start"):format(s.quantization, ckpt.method))
+    end
+    assume(("quantization %s (the checkpoint's quantization_config): projections priced as "
+      .. "stored (%s, scales, zero points and g_idx per tensor, each rank's shard), embeddings "
+      .. "and norms in %s; a repacking after load (Marlin kernels) is not modelled"):format(ckpt.method, tostring(ckpt.store), dt))
+  elseif s.quantization then
     local q = ({ fp8 = "fp8_e4m3", fbgemm_fp8 = "fp8_e4m3", awq = "int4", awq_marlin = "int4",
       gptq = "int4", gptq_marlin = "int4", bitsandbytes = "nf4", mxfp4 = "mxfp4",
       experts_int8 = "int8" })[s.quantization]
@@ -137,11 +161,8 @@ function M.estimate(s, run, gpu, where)
       warn("quantization " .. s.quantization .. ": read from the checkpoint's "
         .. "quantization_config, which is not modelled here; priced unquantized")
     end
-  elseif run.quant and run.quant.ckpt then
-    warn("the checkpoint carries a quantization_config (" .. tostring(
-      run.quant.ckpt.method) .. "); not modelled, priced in " .. dt)
   end
-  local weights, vocab_pad = M.weights(t, tp, dt, quant)
+  local weights, vocab_pad = M.weights(t, tp, dt, quant, ckpt)
   if s.cpu_offload_gb then
     local off = math.floor(s.cpu_offload_gb * (1 << 30))
     weights = math.max(0, weights - off)
