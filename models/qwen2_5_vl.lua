@@ -11,53 +11,16 @@
 -- Qwen2.5-VL-3B: 668,684,288 vision + 3,085,938,688 text (Qwen2.5-3B, tied)
 -- = 3,754,622,976; 7B: 676,550,144 + 7,615,616,512 = 8,292,166,656.
 local vram = require("vram")
-local cfgutil = require("stdlib.config")
 local errors = require("stdlib.errors")
 local P = require("stdlib.params")
 local decoder = require("models.decoder")
 local qwen2_vl = require("models.qwen2_vl")
 local siq = require("models.siq_vlm")
+local vision = require("models.qwen2_5_vl_vision")
 
 local F = { name = "qwen2_5_vl",
   about = "Qwen2.5-VL: ViT (RMSNorm, gated MLP, windowed attention) + PatchMerger + Qwen2 "
     .. "(models/qwen2_5_vl.lua)" }
-
--- Qwen2_5_VLVisionConfig (configuration_qwen2_5_vl.py): patch_size 14,
--- temporal_patch_size 2, spatial_merge_size 2, in_channels 3 (the
--- published configs spell it in_chans), window_size 112,
--- fullatt_block_indexes [7, 15, 23, 31].
-local function read_vision(vc, where)
-  local c = cfgutil.reader(vc, where, "vision_config.")
-  local v = {
-    hidden = c:int("hidden_size"),
-    depth = c:int("depth"),
-    heads = c:int("num_heads"),
-    intermediate = c:int("intermediate_size"),
-    out_hidden = c:int("out_hidden_size"),
-    patch = c:int("patch_size", 14),
-    temporal = c:int("temporal_patch_size", 2),
-    merge = c:int("spatial_merge_size", 2),
-    channels = c:int("in_channels", nil, true) or c:int("in_chans", 3),
-    window = c:int("window_size", 112),
-  }
-  local full = c:raw("fullatt_block_indexes") or { 7, 15, 23, 31 }
-  if type(full) ~= "table" then c:fail("fullatt_block_indexes", "must be a list") end
-  v.full_blocks = {}
-  for i, b in ipairs(full) do
-    if math.type(b) ~= "integer" or b < 0 or b >= v.depth then
-      c:fail("fullatt_block_indexes[" .. i .. "]", ("must be a block index 0..%d"):format(v.depth - 1))
-    end
-    v.full_blocks[b + 1] = true
-  end
-  if v.window // v.merge // v.patch < 1 then
-    c:fail("window_size", ("must be at least spatial_merge_size * patch_size (%d)"):format(
-      v.merge * v.patch))
-  end
-  if v.hidden % v.heads ~= 0 then
-    c:fail("num_heads", ("must divide hidden_size (%d)"):format(v.hidden))
-  end
-  return v
-end
 
 -- The text fields are top-level in the original (flat) layout and under
 -- text_config in the layout transformers >= 4.52 saves.
@@ -72,7 +35,7 @@ function F.read(cfg, where)
   end
   local tie = tcfg.tie_word_embeddings
   if tie == nil then tie = cfg.tie_word_embeddings end
-  local m = { where = where, vision = read_vision(vc, where),
+  local m = { where = where, vision = vision.read(vc, where, "vision_config."),
     text = decoder.read_nested(tcfg, where, nested and "text_config." or "",
       { model_type = "qwen2", tie_word_embeddings = tie or false }) }
   if m.text.hidden ~= m.vision.out_hidden then
