@@ -298,6 +298,12 @@ function Q.read(qc, where, dtype)
       -- fp4 and nf4 share the layout: 4-bit codes in blocks of 64
       d.store = c:bool("bnb_4bit_use_double_quant", false) and "nf4_dq" or "nf4"
       d.tensors = function(out, inn) return { vram.bytes(d.store, vram.mul(out, inn)) } end
+      -- the dtype Linear4bit dequantizes to and multiplies in (spec.lua)
+      if type(qc.bnb_4bit_compute_dtype) == "string" then
+        local cd = qc.bnb_4bit_compute_dtype
+        d.compute = vram.dtype(cd) or c:fail("bnb_4bit_compute_dtype", "unknown dtype '" .. cd
+          .. "'")
+      end
     elseif c:bool("load_in_8bit", false) then
       d.store = "int8"
       d.tensors = function(out, inn) return { vram.mul(out, inn), vram.mul(4, out) } end

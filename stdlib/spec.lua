@@ -180,7 +180,8 @@ end
 -- The spec's default is bf16 parameters computing in bf16.
 local function read_precision(prec, where)
   check_keys(prec, { params = 1, compute = 1, master = 1, grads = 1, weights = 1,
-    forward_weights = 1, dequantize = 1, kbit_prepare = 1 }, where, "run.precision.")
+    forward_weights = 1, dequantize = 1, kbit_prepare = 1, weights_compute = 1 }, where,
+    "run.precision.")
   local pdt = dtype(where, "run.precision.params", prec.params, "bf16")
   local mixed = prec.master ~= nil and prec.master ~= "none"
   local compute = dtype(where, "run.precision.compute", prec.compute, pdt)
@@ -376,6 +377,17 @@ local function read_quant(prec, r, cfg, path, where)
     local d = require("stdlib.quant").read(qc, path,
       cfg.torch_dtype or cfg.dtype or text.torch_dtype or text.dtype)
     q = { ckpt = d, store = d.store, compute = r.dtype, dequant = d.method == "bitsandbytes" }
+  end
+  -- bitsandbytes' bnb_4bit_compute_dtype: the dtype Linear4bit dequantizes
+  -- its weight to and multiplies in (x is cast to it, the output back), apart
+  -- from the run's compute dtype; a prequantized checkpoint's config gives it
+  local wc = prec.weights_compute or (q and q.ckpt and q.ckpt.compute)
+  if wc ~= nil then
+    if not (q and require("stdlib.layers").BNB4[q.store] and not q.master) then
+      errors.input(where, "run.precision.weights_compute", "needs bitsandbytes 4-bit weights "
+        .. "(precision.weights: nf4 or nf4_dq, or a bitsandbytes checkpoint)")
+    end
+    q.compute = dtype(where, "run.precision.weights_compute", wc)
   end
   -- peft's prepare_model_for_kbit_training (axolotl and TRL call it for
   -- QLoRA): the unquantized parameters in fp32 (models/decoder.lua)

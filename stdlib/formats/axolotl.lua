@@ -2,6 +2,7 @@
 -- is loaded in bf16/fp16 when those are set ("auto" follows the GPU: bf16
 -- here) and trained in that dtype; QLoRA is `adapter: qlora` with
 -- `load_in_4bit`.
+local vram = require("vram")
 local word_set = require("stdlib.formats").word_set
 local M = {}
 
@@ -13,6 +14,21 @@ local H = {
   adapter = function(c, v, k) c.adapter = c:str(k, v) end,
   load_in_4bit = function(c, v, k) c.in4 = c:bool(k, v) end,
   load_in_8bit = function(c, v, k) c.in8 = c:bool(k, v) end,
+  -- overrides of axolotl's BitsAndBytesConfig (nf4, double quantization,
+  -- compute dtype = the model dtype); quant_storage keeps the same bytes
+  bnb_config_kwargs = function(c, v, k)
+    if type(v) ~= "table" then c:unknown(k, v) return end
+    c:walk(v, {
+      bnb_4bit_compute_dtype = function(cc, x, kk) cc.bnb_compute = cc:str(kk, x) end,
+      bnb_4bit_use_double_quant = function(cc, x, kk) cc.bnb_dq = cc:bool(kk, x) end,
+      bnb_4bit_quant_type = function(cc, x, kk)
+        if cc:str(kk, x) ~= "nf4" then cc:unknown(kk, x) end
+      end,
+      llm_int8_has_fp16_weight = function(cc, x, kk)
+        if cc:bool(kk, x) then cc:unknown(kk, x) end
+      end,
+    }, { bnb_4bit_quant_storage = true, llm_int8_threshold = true }, k .. ".")
+  end,
   lora_r = function(c, v, k) c.lora_r = c:int(k, v) end,
   lora_alpha = function(c, v, k) c.lora_alpha = c:num(k, v) end,
   lora_target_linear = function(c, v, k) c.target_linear = c:bool(k, v) end,
@@ -166,7 +182,7 @@ local IGNORED = word_set([[
   load_best_model_at_end metric_for_best_model greater_is_better
   save_first_step seed_data tokenizer_padding_side torchdistx_path experimental_skip_move_to_device
   liger_rms_norm_gated num_labels eta_min cosine_constant_lr_ratio flex_attn_compile_kwargs
-  gemma4_hybrid_attn_impl vllm bnb_config_kwargs dsv4_fp4_grouped_mode
+  gemma4_hybrid_attn_impl vllm dsv4_fp4_grouped_mode
   rl_beta dpo_use_logits_to_keep dpo_padding_free]])
 
 function M.translate(c, doc)
@@ -204,16 +220,25 @@ function M.translate(c, doc)
   local half = c.half
   run.precision = { params = half or "fp32" }
   if adapter == "qlora" or c.in4 then
-    run.precision.weights = "nf4_dq"
+    run.precision.weights = c.bnb_dq == false and "nf4" or "nf4_dq"
     run.precision.params = half or "bf16"
     run.precision.kbit_prepare = true
-    c:assume("4-bit weights: bitsandbytes NF4 with double quantization (axolotl's QLoRA), "
-      .. "prepared by peft's prepare_model_for_kbit_training (unquantized parameters fp32)")
+    if c.bnb_compute then
+      local dt = vram.dtype(c.bnb_compute)
+      if not dt then c:unknown("bnb_config_kwargs.bnb_4bit_compute_dtype", c.bnb_compute) end
+      run.precision.weights_compute = dt
+    end
+    c:assume("4-bit weights: bitsandbytes NF4" .. (c.bnb_dq == false and "" or " with double "
+      .. "quantization") .. " (axolotl's QLoRA), prepared by peft's "
+      .. "prepare_model_for_kbit_training (unquantized parameters fp32)")
   elseif c.in8 then
     run.precision.weights = "int8"
   elseif c.gptq then
     run.precision.weights = "int4"
     c:assume("gptq: int4 weights; GPTQ group scales and zeros not counted")
+  end
+  if c.bnb_compute and not run.precision.weights_compute then
+    c:warn("bnb_config_kwargs.bnb_4bit_compute_dtype: ignored without 4-bit weights")
   end
   run.optimizer = run.optimizer or { name = "adamw", foreach = "torch2" }
   if c.rl == "gdpo" then

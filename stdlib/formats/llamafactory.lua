@@ -21,6 +21,12 @@ H.lora_target = function(c, v, k) c.lora_target = c:lora_targets(k, v) end
 H.cutoff_len = function(c, v, k) c.run.seq = c:int(k, v) end
 H.pure_bf16 = function(c, v, k) c.pure_bf16 = c:bool(k, v) end
 H.quantization_bit = function(c, v, k) c.qbit = c:int(k, v) end
+-- ModelArguments.compute_dtype is init=False, derived from bf16/fp16 (its
+-- help: "Do not specify it"): the parser refuses it, so it is no input here
+H.compute_dtype = function(c, v, k)
+  c:fail(k, "LLaMA-Factory derives compute_dtype from bf16/fp16 (ModelArguments: \"Do not "
+    .. "specify it\"); set bf16: true or fp16: true instead")
+end
 H.quantization_type = function(c, v, k) c.qtype = c:str(k, v) end
 H.double_quantization = function(c, v, k) c.double_quant = c:bool(k, v) end
 H.quantization_method = function(c, v, k)
@@ -97,7 +103,7 @@ local IGNORED = word_set([[
   quantization_device_map model_max_length block_diag_attn use_mca
   disable_gradient_checkpointing_disabled streaming loraplus_lr_ratio loraplus_lr_embedding
   fsdp_transformer_layer_cls_to_wrap oft_block_size oft_rank oft_target module_dropout
-  use_adam_mini use_muon compute_dtype device_map model_max_length
+  use_adam_mini use_muon device_map model_max_length
   mm_proj_lr freeze_vision_tower_lr dataloader_persistent_workers]], hf.IGNORED)
 
 -- `llamafactory-cli chat|api|webchat FILE`: an inference config (a backend,

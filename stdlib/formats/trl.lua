@@ -7,6 +7,7 @@
 -- (the checkpoint's), bf16 on, SFT max_length 1024, DPO max_length 1024,
 -- GRPO max_prompt_length 512, max_completion_length 256, num_generations 8,
 -- beta 0.0 (no reference model), vllm_gpu_memory_utilization 0.3.
+local vram = require("vram")
 local word_set = require("stdlib.formats").word_set
 local hf = require("stdlib.formats.hf_trainer")
 
@@ -45,6 +46,9 @@ local H = setmetatable({
   load_in_8bit = keep("in8", "bool"),
   bnb_4bit_quant_type = keep("quant_type", "str"),
   use_bnb_nested_quant = keep("nested", "bool"),
+  -- the dtype Linear4bit dequantizes to and multiplies in (TRL's own CLI
+  -- passes the model dtype; a script's ModelConfig may carry the key)
+  bnb_4bit_compute_dtype = keep("bnb_compute", "str"),
   model_init_kwargs = function(c, v, k)
     if type(v) ~= "table" then c:unknown(k, v) return end
     c:walk(v, { torch_dtype = hf.HANDLERS.torch_dtype, dtype = hf.HANDLERS.dtype,
@@ -81,7 +85,7 @@ local IGNORED = word_set([[
   num_ppo_epochs whiten_rewards cliprange vf_coef cliprange_value gamma lam stop_token
   stop_token_id missing_eos_penalty total_episodes sft_model_path exp_name
   num_sample_generations lora_task_type use_rslora model_revision
-  trust_remote_code bnb_4bit_compute_dtype bnb_4bit_quant_storage lora_target_parameters
+  trust_remote_code bnb_4bit_quant_storage lora_target_parameters
   dataset_name dataset_config dataset_path script_name env chat_template system_prompt
   dataset_prompt_column dataset_mixer dataset_splits dataset_configs dataset_columns
   callbacks benchmarks code_language code_eval_test_batch_size code_eval_scoring_mode
@@ -187,6 +191,17 @@ function M.translate(c, doc)
       -- SFTTrainer prepares a k-bit model for its adapters (peft's
       -- prepare_model_for_kbit_training: the unquantized parameters in fp32)
       cc.run.precision.kbit_prepare = t.quant_type ~= "fp4" or nil
+      if t.bnb_compute and t.quant_type == "fp4" then
+        cc:warn("bnb_4bit_compute_dtype with fp4 weights: not modelled (fp4 is priced as packed "
+          .. "int4 in the run's compute dtype)")
+      elseif t.bnb_compute then
+        local dt = vram.dtype(t.bnb_compute)
+        if not dt then cc:unknown("bnb_4bit_compute_dtype", t.bnb_compute) end
+        cc.run.precision.weights_compute = dt
+      end
+    elseif t.bnb_compute then
+      cc:warn("bnb_4bit_compute_dtype: ignored without load_in_4bit (bitsandbytes reads it for "
+        .. "4-bit weights only)")
     elseif t.in8 then
       cc.run.precision.weights = "int8"
     end

@@ -275,4 +275,59 @@ return {
       .. "--model org/m --enforce-eager --max-model-len 4k")),
       { model = "org/m", ["enforce-eager"] = true, ["max-model-len"] = "4k" })
   end,
+  -- bnb_4bit_compute_dtype (issue #19): the dtype Linear4bit dequantizes to
+  -- and multiplies in, as the spec's run.precision.weights_compute. Expected
+  -- values read off the files: dtype bfloat16, nf4 without nested quant, fp32.
+  trl_bnb_compute_dtype_is_the_dequantize_dtype = function()
+    local t = tr("trl_qlora_compute_fp32.yaml")
+    T.eq(t.spec.run.precision, { params = "bf16", weights = "nf4", kbit_prepare = true,
+      weights_compute = "fp32" })
+    T.eq(#t.not_understood, 0)
+    -- the run built from the file equals the run built from the same spec
+    -- written by hand, and differs from the one without the key
+    local spec = require("stdlib.spec")
+    local step = require("stdlib.step")
+    local where = dir .. "trl_qlora_compute_fp32.yaml"
+    local from_file = spec.normalize(t.spec, where, registry)
+    local function hand(prec, seq)
+      return spec.normalize({ model = { preset = "qwen2_5_1_5b_instruct" }, run = {
+        mode = "train", batch = 1, seq = seq or 512, grad_checkpointing = "full",
+        precision = prec, lora = { rank = 16, alpha = 32, targets = "all-linear" },
+        framework = "pytorch" } }, where, registry)
+    end
+    local FP32 = { params = "bf16", weights = "nf4", kbit_prepare = true,
+      weights_compute = "fp32" }
+    local BF16 = { params = "bf16", weights = "nf4", kbit_prepare = true }
+    local fp32 = hand(FP32)
+    T.eq(from_file.quant.compute, "fp32")
+    T.eq(fp32.quant.compute, "fp32")
+    T.eq(hand(BF16).quant.compute, "bf16")
+    local a = step.simulate(from_file.sim, from_file)
+    local b = step.simulate(fp32.sim, fp32)
+    T.eq(a.peak, b.peak, "file vs hand-written spec")
+    -- at 512 tokens the fp32 logits set the peak; at 16 the dequantized
+    -- weight does. Qwen2.5-1.5B's largest quantized linear (the head is the
+    -- embedding's tie, unquantized) is gate/up/down, 1536 x 8960: its fp32
+    -- temporary is 2 bytes an element larger than bf16's
+    local s32, s16 = hand(FP32, 16), hand(BF16, 16)
+    b, c = step.simulate(s32.sim, s32), step.simulate(s16.sim, s16)
+    T.ok(b.peak - c.peak >= 1536 * 8960 * 2, ("fp32 %d vs bf16 %d"):format(b.peak, c.peak))
+  end,
+  axolotl_bnb_config_kwargs_are_read = function()
+    local t = tr("axolotl_qlora_bnb_kwargs.yml")
+    T.eq(t.spec.run.precision, { params = "bf16", weights = "nf4", kbit_prepare = true,
+      weights_compute = "fp32" }, "double quant off, fp32 compute")
+    T.eq(#t.not_understood, 0)
+  end,
+  llamafactory_compute_dtype_is_refused = function()
+    T.raises(function() tr("llamafactory_compute_dtype.yaml") end, "compute_dtype")
+  end,
+  spec_weights_compute_needs_bnb_4bit = function()
+    local spec = require("stdlib.spec")
+    T.raises(function()
+      spec.normalize({ model = { preset = "qwen2_5_1_5b_instruct" }, run = { mode = "train", batch = 1,
+        seq = 16, precision = { params = "bf16", weights_compute = "fp32" },
+        lora = { rank = 8 } } }, dir .. "x.yaml", registry)
+    end, "weights_compute")
+  end,
 }
