@@ -60,6 +60,9 @@ function L.new_linear(S, o)
         lin.absmax = S:bytes(FP32, (inn * out + 63) // 64)
       end
     end
+    -- bitsandbytes LLM.int8 (Linear8bitLt, load_in_8bit): MatMul8bitLt
+    -- quantizes x per row instead of dequantizing W in forward (below)
+    if quant.store == "int8" and not quant.master then lin.int8 = true end
     if quant.master then
       S.tape:alloc(S:bytes(quant.store, inn * out), "weights", label .. ".packed_forward")
     end
@@ -197,12 +200,31 @@ function L.linear(S, x, lin, rows)
     local x0 = x
     if lin.bnb and x.dt ~= lin.compute then x = S:to(x, lin.compute, label .. ".cast_compute") end
     if lin.absmax then S:temp(lin.absmax + lin.dequant, label .. ".dequantize_absmax") end
-    base = S:new_tensor(rows * lin.out, x.dt, label, S:rg(x, lin.w, lin.b))
-    S:temp(lin.dequant, label .. ".dequantize")
+    if lin.int8 then
+      -- MatMul8bitLt.forward as in bitsandbytes >= 0.45 (autograd/
+      -- _functions.py; frozen weight: the int8_vectorwise_quant fast path;
+      -- older releases, e.g. bitsandbytes-foundation/bitsandbytes@60a0d8a5,
+      -- ran double_quant and also saved CAt, not priced): int8_vectorwise_quant
+      -- of A.to(float16) gives CA (int8, rows x in) and SCA (fp32 row
+      -- stats) from a transient fp16 copy of x; int8_linear_matmul's int32
+      -- accumulator (rows x out) is dequantized into the output. The fp16
+      -- outlier columns subA (rows x outliers, saved for backward) depend on
+      -- the data and are not priced (labelled in stdlib/spec.lua).
+      local ca = S:bytes("int8", rows * lin.inn) + S:bytes(FP32, rows)
+      S:temp(ca + (x.dt == "fp16" and 0 or S:bytes("fp16", rows * lin.inn)),
+        label .. ".int8_quant_x")
+      base = S:new_tensor(rows * lin.out, x.dt, label, S:rg(x, lin.w, lin.b))
+      S:temp(ca + S:bytes("int32", rows * lin.out), label .. ".int8_matmul")
+    else
+      base = S:new_tensor(rows * lin.out, x.dt, label, S:rg(x, lin.w, lin.b))
+      S:temp(lin.dequant, label .. ".dequantize")
+    end
     if base.rg then
       local edges = { { x, x.b }, { lin.w, lin.w.b } }
       if lin.b then edges[3] = { lin.b, lin.b.b } end
-      local saved = (lin.w.rg or lin.bnb and x.rg) and { x, lin.w } or { lin.w }
+      -- MatMul8bitLt saves A (ctx.tensors) and in backward copies CB into
+      -- A's dtype: the full dequantized weight, as Linear4bit
+      local saved = (lin.w.rg or (lin.bnb or lin.int8) and x.rg) and { x, lin.w } or { lin.w }
       S:node(label, saved, edges, { base }, lin.dequant)
     end
     if x ~= x0 then

@@ -572,6 +572,15 @@ function M.normalize(spec, where, families, loaded)
   for k, v in pairs(describe_model(family, typed, path, run.images, where, text_only)) do
     f[k] = v
   end
+  if f.quant and f.quant.store == "int8" and not f.quant.master then
+    local a = { table.unpack(f.model_assumptions or {}) }
+    a[#a + 1] = "LLM.int8 (bitsandbytes Linear8bitLt): forward prices MatMul8bitLt's int8 "
+      .. "row-quantized x (CA), its fp32 row stats (SCA), the transient fp16 copy of x and "
+      .. "the int32 matmul accumulator, backward the weight dequantized into x's dtype; the "
+      .. "fp16 outlier columns (|x| > llm_int8_threshold, data-dependent) are not priced, and "
+      .. "this is read from bitsandbytes' source, not measured (its int8 kernels need CUDA)"
+    f.model_assumptions = a
+  end
   check_model_run(f, path, where)
   local r = require("stdlib.run").new(f)
   -- multi-GPU layouts (stdlib/parallel.lua)

@@ -89,4 +89,29 @@ function tests.qlora_budget_names_the_bitsandbytes_assumptions()
   T.ok(said:find("Linear4bit computing in bf16", 1, true), said)
 end
 
+-- LLM.int8 (bitsandbytes Linear8bitLt) under LoRA, TinyLlama shapes, 16
+-- tokens: MatMul8bitLt quantizes x per row in forward (16 x 5632 int8 plus
+-- row stats and a 16 x 5632 x 4-byte int32 accumulator: well under 1 MiB)
+-- and dequantizes the weight only in backward (CB.to(A.dtype): the
+-- 2048 x 5632 bf16 MLP weight, 23,068,672 bytes). Before, the forward was
+-- priced with that whole-weight temporary too.
+tests.llm_int8_dequantizes_only_in_backward = function()
+  -- one layer and a 256-token vocabulary, so activations and logits stay
+  -- near 2 MB and a whole-weight temporary would stand out
+  local o = { num_hidden_layers = 1, vocab_size = 256 }
+  for k, v in pairs(TINY) do o[k] = o[k] or v end
+  local run = spec.normalize({ model = { preset = "llama_3_8b", overrides = o },
+    run = { mode = "train", batch = 1, seq = 16, precision = { params = "bf16",
+      weights = "int8" }, framework = "pytorch", lora = { rank = 8 } } },
+    root .. "/tests/lua/spec.yaml", require("models.registry"))
+  local st = step.simulate(run.sim, run)
+  local setup, W = st.phase_peaks.setup, H * I * 2
+  T.ok(st.phase_peaks.forward - setup < W // 4, "no whole-weight temporary in forward: "
+    .. (st.phase_peaks.forward - setup))
+  T.ok(st.phase_peaks.backward - setup >= W, "CB copied into bf16 in backward")
+  local said = false
+  for _, a in ipairs(run.model_assumptions) do said = said or a:find("LLM.int8", 1, true) end
+  T.ok(said, "the outlier columns' omission is a labelled assumption")
+end
+
 return tests
