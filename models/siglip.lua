@@ -193,9 +193,12 @@ function V.forward(S, P, pixels, o)
     image = m.grid_w * m.patch, patch = m.patch, filters = D, patches = m.patches })
   if ws then S:temp(ws.forward, "vision.patch_embedding.onednn") end
   -- the node's temporary comes after the weight and bias gradients, which the
-  -- kernel allocates only once its buffers are gone
+  -- kernel allocates only once its buffers are gone. ConvolutionBackward0
+  -- saves the weight it ran with too: under autocast the bf16 copy, live
+  -- until the conv's backward (r096 trace: the bf16 input and weight copies,
+  -- 2 tensors allocated by aten::conv2d, live at the conv-backward peak)
   if conv.rg then
-    S:node("vision.patch_embedding", { xin }, { { w }, { b } }, { conv },
+    S:node("vision.patch_embedding", { xin, w }, { { w }, { b } }, { conv },
       ws and ws.backward - w.b - b.b)
   end
   if S.autocast then S:drop(xin, w, b) end
@@ -203,8 +206,14 @@ function V.forward(S, P, pixels, o)
   local pos = layers.embedding(S, P.pos, m.patches, D, "vision.position_embedding")
   -- under autocast the conv output is in the lower precision and the position
   -- embedding (not an autocast op) in fp32: the sum is fp32
-  local x = S:op("vision.embeddings_add", conv.n, S.promote(conv.dt, pos.dt), { conv, pos }, {},
-    { { conv, alias = 1 }, { pos } }, { fwd = layers.mixed_dtype_temp(S, conv.dt, pos.dt, conv.n) })
+  -- AddBackward0 hands the sum's gradient on as it is to the addend of its
+  -- dtype and casts a copy for the other (r096 trace: a bf16 conv-output
+  -- gradient allocated by AddBackward0, the fp32 one passed to the embedding)
+  local xdt = S.promote(conv.dt, pos.dt)
+  local edges = { { conv, alias = 1 }, { pos } }
+  if conv.dt ~= xdt then edges = { { conv }, { pos, alias = 1 } } end
+  local x = S:op("vision.embeddings_add", conv.n, xdt, { conv, pos }, {}, edges,
+    { fwd = layers.mixed_dtype_temp(S, conv.dt, pos.dt, conv.n) })
   S:drop(conv, pos)
   local kept = keep and not S.grad and {} or nil
   if kept then compose_ok = false end
