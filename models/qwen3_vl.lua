@@ -134,25 +134,31 @@ function F.image_tokens(m, image)
   return qwen2_vl.processor_tokens(m.vision, image, F.PROCESSOR)
 end
 
--- The DeepStack mergers are simulated as extra projectors (models/siq_vlm.lua).
--- The stand-in tower's parameters are not the checkpoint's (a position
--- embedding per patch instead of 2304 interpolated ones, a Conv2d patch
--- embedding, two-layer projectors of the text width), so the estimate
--- says so, with the checkpoint's own count from F.params.
+-- The tower simulated with the checkpoint's weights (models/siq_vlm.lua,
+-- models/siglip.lua): a Conv3d patch embedding over temporal_patch_size
+-- frames, num_position_embeddings learned positions interpolated to the
+-- grid (with the interpolation's temporaries), q/k/v of 3 x (h x h + h) as
+-- the fused qkv, the merger's LayerNorm(hidden) as the post-LayerNorm,
+-- merger 4h -> 4h -> out and DeepStack mergers with LayerNorm(4h): its
+-- parameter count is F.params' (tests/lua/test_models.lua). What is
+-- approximated is said in the estimate.
 function F.simulator(m, images)
   local v, t = m.vision, F.image_tokens(m, images)
+  if v.out_hidden ~= m.text.hidden then
+    errors.input(m.where, "vision_config.out_hidden_size", ("must equal the text hidden_size "
+      .. "(%d), got %d"):format(m.text.hidden, v.out_hidden))
+  end
   local d = siq.describe({ where = m.where, text = m.text, hidden = v.hidden, layers = v.depth,
     heads = v.heads, intermediate = v.intermediate, patch = v.patch, side = t.factor,
     grid_h = t.grid[2], grid_w = t.grid[3], merge = v.merge, deepstack = v.deepstack,
-    images = images.count })
-  local towers = 0
-  for _, p in ipairs(vision_parts(v)) do towers = towers + p.params end
-  d.assumptions = { ("qwen3_vl: the vision tower and mergers are simulated as a SigLIP ViT of "
-    .. "their width, depth and MLP size with a learned position per patch and two-layer "
-    .. "projectors; the checkpoint's tower and mergers hold %d parameters (2304 interpolated "
-    .. "positions, a Conv3d patch embedding, LayerNorm + 4h x 4h + 4h x out mergers), the "
-    .. "stand-in's count follows the image size (its weights are off by that difference)")
-    :format(towers) }
+    images = images.count, temporal = v.temporal, positions = v.positions, channels = v.channels,
+    merger_hidden = v.hidden * v.merge * v.merge, deepstack_norm = true })
+  d.assumptions = { "qwen3_vl: the vision blocks' activations are simulated with separate "
+    .. "q/k/v projections instead of the fused qkv and without the 2-D rotary embedding's "
+    .. "fp32 q/k copies; the DeepStack mergers read the last block's output (the model reads "
+    .. "blocks deepstack_visual_indexes, of the same size); the merge is priced as a pixel "
+    .. "shuffle's two copies (the model's patches already come in merge order, a view); the "
+    .. "weights are the checkpoint's" }
   return d
 end
 

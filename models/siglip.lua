@@ -39,6 +39,10 @@ function V.normalize(cfg, where, prefix)
   -- set by a family's simulator description (models/siq_vlm.lua), not a
   -- config key: Qwen2.5-VL's attention windows and full-attention layers
   m.windows, m.full_layers = cfg.windows, cfg.full_layers
+  -- likewise Qwen3-VL's tower: a Conv3d patch embedding over `temporal`
+  -- frames (the processor repeats an image temporal_patch_size times) and
+  -- `positions` learned positions bilinearly interpolated to the grid
+  m.temporal, m.positions = cfg.temporal, cfg.positions
   return m
 end
 
@@ -86,11 +90,12 @@ end
 function V.build(S, m, dt, tr, lo)
   local D, I = m.hidden, m.intermediate
   local P = { m = m, layers = {} }
-  P.patch_w = S:param(D * m.channels * m.patch * m.patch, dt, tr("patch_embedding"),
-    "vision.patch_embedding")
+  P.patch_w = S:param(D * m.channels * (m.temporal or 1) * m.patch * m.patch, dt,
+    tr("patch_embedding"), "vision.patch_embedding")
   P.patch_b = S:param(D, dt, tr("patch_embedding"), "vision.patch_embedding.bias")
-  P.pos = S:param(m.patches * D, dt, tr("position_embedding"), "vision.position_embedding")
-  P.pos.rows = m.patches
+  P.pos = S:param((m.positions or m.patches) * D, dt, tr("position_embedding"),
+    "vision.position_embedding")
+  P.pos.rows = m.positions or m.patches
   local function lin(name, inn, out)
     return layers.new_linear(S, { label = name, inn = inn, out = out, bias = true, dt = dt,
       trainable = tr(name), lora = lo(name) })
@@ -110,8 +115,10 @@ function V.build(S, m, dt, tr, lo)
   end
   P.post_w = S:param(D, dt, tr("post_layernorm"), "post_layernorm")
   P.post_b = S:param(D, dt, tr("post_layernorm"), "post_layernorm.bias")
-  -- position_ids buffer (int64, not cast)
-  S.tape:alloc(S:bytes("int64", m.patches), "buffers", "vision.position_ids")
+  -- position_ids buffer (int64, not cast); Qwen3-VL's interpolated table has none
+  if not m.positions then
+    S.tape:alloc(S:bytes("int64", m.patches), "buffers", "vision.position_ids")
+  end
   return P
 end
 
@@ -171,6 +178,30 @@ local function layer_forward(S, l, x, m, batch, attention, windowed)
   return out
 end
 
+-- Qwen3-VL's fast_pos_embed_interpolate (modeling_qwen3_vl.py) for n
+-- patches: the 4 corner indices (int64) and bilinear weights (the table's
+-- dtype) per patch, pos_embed(idx) * weights (4n rows; EmbeddingBackward
+-- keeps idx, MulBackward the weights), the sum of the 4 corners (two
+-- partial sums live at once), then repeat(t = 1), the merge-order
+-- permute().flatten() and torch.cat of the one image list: three copies.
+local function interpolated_positions(S, w, n, D)
+  local idx = S:new_tensor(4 * n, "int64", "vision.pos_interp.idx", false)
+  local wts = S:new_tensor(4 * n, w.dt, "vision.pos_interp.weights", false)
+  local e = S:op("vision.pos_embed", 4 * n * D, w.dt, { w }, { idx }, { { w } })
+  local x = S:op("vision.pos_interp.mul", e.n, w.dt, { e, wts }, { wts }, { { e } })
+  S:drop(e, idx, wts)
+  local sum = S:op("vision.pos_interp.sum", n * D, w.dt, { x }, {}, { { x } },
+    { fwd = S:bytes(w.dt, n * D) })
+  S:drop(x)
+  for _, label in ipairs({ "vision.pos_interp.repeat", "vision.pos_interp.permute",
+    "vision.pos_interp.cat" }) do
+    local c = S:op(label, sum.n, sum.dt, { sum }, {}, { { sum } })
+    S:drop(sum)
+    sum = c
+  end
+  return sum
+end
+
 -- SiglipVisionTransformer.forward: pixel_values (fp32 input) to the
 -- post-LayerNorm hidden states (batch*patches, D). o: { batch (images),
 -- ckpt (checkpoint every layer), attention (eager | sdpa | flash, default
@@ -189,7 +220,10 @@ function V.forward(S, P, pixels, o)
     xin, w, b = S:autocast_arg(px), S:autocast_arg(w), S:autocast_arg(b)
   end
   local conv = S:new_tensor(batch * m.patches * D, w.dt, "vision.patch_embedding", S:rg(w, b))
-  local ws = layers.patch_conv_cpu_bf16(S, w.dt, { batch = batch, channels = m.channels,
+  -- a Conv3d (m.temporal) allocates no oneDNN buffers as tensors on CPU
+  -- (models/qwen2_5_vl_vision.lua)
+  local ws = not m.temporal and layers.patch_conv_cpu_bf16(S, w.dt, { batch = batch,
+    channels = m.channels,
     image = m.grid_w * m.patch, patch = m.patch, filters = D, patches = m.patches })
   if ws then S:temp(ws.forward, "vision.patch_embedding.onednn") end
   -- the node's temporary comes after the weight and bias gradients, which the
@@ -203,7 +237,8 @@ function V.forward(S, P, pixels, o)
   end
   if S.autocast then S:drop(xin, w, b) end
   S:drop(px)
-  local pos = layers.embedding(S, P.pos, m.patches, D, "vision.position_embedding")
+  local pos = m.positions and interpolated_positions(S, P.pos, batch * m.patches, D)
+    or layers.embedding(S, P.pos, m.patches, D, "vision.position_embedding")
   -- under autocast the conv output is in the lower precision and the position
   -- embedding (not an autocast op) in fp32: the sum is fp32
   -- AddBackward0 hands the sum's gradient on as it is to the addend of its

@@ -65,7 +65,12 @@ end
 --         family's packing drops (LLaVA-NeXT's unpadding) are copied out),
 --         windows, full_layers (optional: attention split into windows of
 --         { {count, size}, ... } patches per image except in the layers
---         full_layers[i] (1-based), models/siglip.lua) }
+--         full_layers[i] (1-based), models/siglip.lua), temporal,
+--         positions (optional: a Conv3d patch embedding over `temporal`
+--         frames, `positions` interpolated learned positions, Qwen3-VL),
+--         merger_hidden (optional: the projector's inner width when it is not
+--         the text's), deepstack_norm (optional: a LayerNorm of the shuffled
+--         width in front of each DeepStack merger) }
 function F.describe(d)
   if d.side % d.patch ~= 0 then
     errors.input(d.where, "image side", ("%d is not a multiple of the patch size %d"):format(
@@ -76,11 +81,12 @@ function F.describe(d)
     text = d.text,
     vision = { hidden_size = d.hidden, num_hidden_layers = d.layers,
       num_attention_heads = d.heads, intermediate_size = d.intermediate, patch_size = d.patch,
-      image_size = d.side, num_channels = 3, grid_h = d.grid_h, grid_w = d.grid_w,
-      windows = d.windows, full_layers = d.full_layers },
+      image_size = d.side, num_channels = d.channels or 3, grid_h = d.grid_h, grid_w = d.grid_w,
+      windows = d.windows, full_layers = d.full_layers, temporal = d.temporal,
+      positions = d.positions },
     vlm = { pixel_shuffle_factor = d.merge, projector_hidden_act = "gelu",
       multimodal_projector_bias = true, deepstack = d.deepstack, images = d.images,
-      tokens = d.tokens },
+      tokens = d.tokens, merger_hidden = d.merger_hidden, deepstack_norm = d.deepstack_norm },
   }
 end
 
@@ -113,10 +119,11 @@ function F.build(S, run, pol)
       out = H, bias = true, dt = dt, trainable = ptr("multi_modal_projector"),
       lora = plo("multi_modal_projector") })
   else
+    local mid = cfg.merger_hidden or H
     P.proj = {
-      fc1 = layers.new_linear(S, { label = "linear_1", inn = vm.hidden * f * f, out = H,
+      fc1 = layers.new_linear(S, { label = "linear_1", inn = vm.hidden * f * f, out = mid,
         bias = bias, dt = dt, trainable = ptr("linear_1"), lora = plo("linear_1") }),
-      fc2 = layers.new_linear(S, { label = "linear_2", inn = H, out = H, bias = bias, dt = dt,
+      fc2 = layers.new_linear(S, { label = "linear_2", inn = mid, out = H, bias = bias, dt = dt,
         trainable = ptr("linear_2"), lora = plo("linear_2") }),
     }
   end
@@ -124,7 +131,10 @@ function F.build(S, run, pol)
   -- layers; their fp32 outputs are kept with the batch (seed 000)
   P.deepstack = {}
   for i = 1, cfg.deepstack or 0 do
-    P.deepstack[i] = {
+    local W = vm.hidden * f * f
+    local norm = cfg.deepstack_norm and { w = S:param(W, dt, ptr("deepstack"), "deepstack.norm"),
+      b = S:param(W, dt, ptr("deepstack"), "deepstack.norm.bias") } or nil
+    P.deepstack[i] = { norm = norm,
       fc1 = layers.new_linear(S, { label = "deepstack.fc1", inn = vm.hidden * f * f,
         out = vm.hidden * f * f, bias = bias, dt = dt, trainable = ptr("deepstack") }),
       fc2 = layers.new_linear(S, { label = "deepstack.fc2", inn = vm.hidden * f * f, out = H,
@@ -147,7 +157,8 @@ function F.inputs(S, run, P)
   local ids = S:new_tensor(run.batch * run.seq, "int64", "input_ids", false, "inputs")
   local labels = run.mode == "train"
     and S:new_tensor(run.batch * run.seq, "int64", "labels", false, "inputs") or nil
-  local pixels = vm.channels * vm.grid_h * vm.patch * vm.grid_w * vm.patch
+  -- a Conv3d tower's processor repeats the image over its temporal frames
+  local pixels = vm.channels * (vm.temporal or 1) * vm.grid_h * vm.patch * vm.grid_w * vm.patch
   P.pixels = S:new_tensor(run.batch * P.images * pixels, "fp32", "pixel_values",
     false, "inputs")
   return { ids, labels, P.pixels }
@@ -179,7 +190,10 @@ local function image_features(S, P, run)
   end
   P.side = {}
   for i, m in ipairs(P.deepstack) do
-    P.side[i] = layers.gelu_mlp(S, h, m, B * P.n_feat, "deepstack")
+    local x = m.norm and layers.layernorm(S, h, m.norm.w, m.norm.b, B * P.n_feat,
+      "deepstack.norm") or h
+    P.side[i] = layers.gelu_mlp(S, x, m, B * P.n_feat, "deepstack")
+    if x ~= h then S:drop(x) end
   end
   S:drop(h)
   if P.n_img < P.n_feat then -- the kept features, gathered into a new tensor

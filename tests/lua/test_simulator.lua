@@ -348,8 +348,28 @@ function tests.vlm_spec_counts_pixel_inputs_from_the_processor_grid()
     { height = 768, width = 1024, max_pixels = 500000 })
   T.ok(t.resized[1] * t.resized[2] <= 500000, "resized under the cap")
   local st = step.simulate(run.sim, run)
-  -- inputs: ids int64 (2 x 16) + pixels fp32 (2 samples x 2 images x 3 x H x W)
-  T.eq(st.at_peak.inputs, 2 * 16 * 8 + 2 * 2 * 3 * t.resized[1] * t.resized[2] * 4)
+  -- inputs: ids int64 (2 x 16) + pixels fp32 (2 samples x 2 images x 3 x H x W,
+  -- twice: the processor repeats an image over temporal_patch_size 2 frames)
+  T.eq(st.at_peak.inputs, 2 * 16 * 8 + 2 * 2 * 3 * 2 * t.resized[1] * t.resized[2] * 4)
+end
+
+-- Issue 12: the simulated Qwen3-VL tower holds the checkpoint's weights at
+-- any image size (its learned positions are interpolated, not one per
+-- patch). Totals: Qwen3-VL-4B's model.safetensors.index.json total_size
+-- 8,875,631,616 bytes, all BF16 (tests/lua/test_models.lua); Qwen3-VL-2B's
+-- published count (tests/lua/fixtures/hf_configs/README.md), tied embedding once.
+function tests.qwen3_vl_simulated_parameters_are_the_checkpoints_at_any_image_size()
+  local path = root .. "/tests/lua/fixtures/hf_configs/Qwen--Qwen3-VL-2B-Instruct.json"
+  for _, c in ipairs({ { { preset = "qwen3_vl_4b_instruct" }, 8875631616 // 2 },
+    { { config = path }, 2127532032 } }) do
+    for _, img in ipairs({ { width = 256, height = 256 }, { width = 1024, height = 768 } }) do
+      local run = spec.normalize({ model = c[1], run = { mode = "inference", batch = 1, seq = 8,
+        framework = "pytorch-cpu", images = img } }, root .. "/tests/lua/spec.yaml", registry)
+      local st = step.simulate(run.sim, run)
+      T.eq(st.param_count, c[2], ("%s at %dx%d"):format(c[1].preset or "2B", img.width,
+        img.height))
+    end
+  end
 end
 
 -- A measured case is a CPU run: its device total is the tensors' bytes, with
