@@ -9,7 +9,8 @@ return require("models.decoder_lm").variant("mixtral",
   mixtral = { tie = false, models = { "num_local_experts" }, per_layer = true,
     read = function(c, m)
     m.moe = { experts = c:int("num_local_experts", 8), top_k = c:int("num_experts_per_tok", 2),
-      inter = m.intermediate, norm_topk = true }
+      inter = m.intermediate, norm_topk = true,
+      router_linear = "gate" }
     m.moe_layers = "all"
     m.aux_loss = c:bool("output_router_logits", false)
   end },

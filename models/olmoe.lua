@@ -13,7 +13,8 @@ return require("models.decoder_lm").variant("olmoe",
     m.qkv_bias = c:bool("attention_bias", false)
     m.o_bias = m.qkv_bias
     m.moe = { experts = c:int("num_experts", 64), top_k = c:int("num_experts_per_tok", 8),
-      inter = m.intermediate, norm_topk = c:bool("norm_topk_prob", false) }
+      inter = m.intermediate, norm_topk = c:bool("norm_topk_prob", false),
+      router_linear = "gate" }
     m.moe_layers = "all"
     m.aux_loss = c:bool("output_router_logits", false)
   end },

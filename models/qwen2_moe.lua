@@ -33,7 +33,8 @@ F = require("models.decoder_lm").variant("qwen2_moe",
     m.moe = { experts = c:int("num_experts", 60), top_k = c:int("num_experts_per_tok", 4),
       inter = c:int("moe_intermediate_size", 1408),
       shared_inter = c:int("shared_expert_intermediate_size", 5632, false, 0),
-      shared_gate = true, norm_topk = c:bool("norm_topk_prob", false) }
+      shared_gate = true, norm_topk = c:bool("norm_topk_prob", false),
+      router_linear = "gate" }
     if m.moe.shared_inter == 0 then m.moe.shared_inter, m.moe.shared_gate = nil, nil end
     m.moe_layers = moe_layers(c, m)
     m.aux_loss = c:bool("output_router_logits", false)

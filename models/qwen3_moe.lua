@@ -15,7 +15,8 @@ return require("models.decoder_lm").variant("qwen3_moe",
     read = function(c, m)
     qwen3.read(c, m)
     m.moe = { experts = c:int("num_experts", 128), top_k = c:int("num_experts_per_tok", 8),
-      inter = c:int("moe_intermediate_size", 768), norm_topk = c:bool("norm_topk_prob", false) }
+      inter = c:int("moe_intermediate_size", 768), norm_topk = c:bool("norm_topk_prob", false),
+      router_linear = "gate" }
     m.moe_layers = qwen2_moe.moe_layers(c, m)
     m.aux_loss = c:bool("output_router_logits", false)
   end },

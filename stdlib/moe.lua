@@ -82,9 +82,13 @@ function M.build(S, o, H, opts)
   end
   local B = { o = o, hidden = H }
   -- the router: Linear(H, E) (gpt-oss with a bias); DeepSeek's is a bare
-  -- weight, the same bytes
+  -- weight, the same bytes. o.router_linear: the module's leaf name where
+  -- it is an nn.Linear (transformers 4.x Mixtral/Qwen-MoE/OLMoE `gate`),
+  -- which LoRA targets (all-linear too) wrap; gpt-oss's and DeepSeek's
+  -- routers are their own modules, never wrapped
   B.router = layers.new_linear(S, { label = "router", inn = H, out = o.experts,
-    bias = o.router_bias, dt = dt, trainable = tr("router") })
+    bias = o.router_bias, dt = dt, trainable = tr("router"),
+    lora = o.router_linear and lo(o.router_linear) or nil })
   if o.score_bias then -- DeepSeek-V3 e_score_correction_bias: an fp32 buffer
     S.tape:alloc(S:bytes(FP32, o.experts), "buffers", "router.e_score_correction_bias")
   end
@@ -118,7 +122,7 @@ function M.build(S, o, H, opts)
     B.shared = mlp(o.shared_inter, shared_quant)
     if o.shared_gate then
       B.shared_gate = layers.new_linear(S, { label = "shared_expert_gate", inn = H, out = 1,
-        dt = dt, trainable = tr("shared_expert_gate") })
+        dt = dt, trainable = tr("shared_expert_gate"), lora = lo("shared_expert_gate") })
     end
   end
   return B
@@ -244,13 +248,16 @@ local function loop(S, x, B, w, rows, label)
       end
       -- index_add_ in place: each call is a node whose backward hands the
       -- accumulator's gradient on unchanged and index_selects (n, H) for
-      -- the source; versions of `final` are zero-byte handles
+      -- the source; versions of `final` are zero-byte handles. Its formula
+      -- (derivatives.yaml: grad.index_select(dim, index).expand_as(source))
+      -- names `source`, so autograd saves the (n, H) source itself: measured,
+      -- the y * w products stay live until backward (tests/truth n01, n14, n18)
       if src.rg then
         local ver = S:new_tensor(0, acc_dt, el .. ".index_add", true)
         ver.b, ver.n = final.b, final.n
         local edges = { { src, S:bytes(acc_dt, n * H) } }
         if prev then edges[2] = { prev, alias = 1 } end
-        S:node(el .. ".index_add", { top_x }, edges, { ver })
+        S:node(el .. ".index_add", { top_x, src }, edges, { ver })
         if prev then S:drop(prev) end
         prev = ver
       end

@@ -16,7 +16,10 @@ local M = {}
 local LINEAR_LEAVES = { q_proj = true, k_proj = true, v_proj = true, o_proj = true,
   gate_proj = true, up_proj = true, down_proj = true, out_proj = true, fc1 = true, fc2 = true,
   linear_1 = true, linear_2 = true, qkv_proj = true, gate_up_proj = true, q_a_proj = true,
-  q_b_proj = true, kv_a_proj_with_mqa = true, kv_b_proj = true }
+  q_b_proj = true, kv_a_proj_with_mqa = true, kv_b_proj = true,
+  -- an MoE router that is an nn.Linear (stdlib/moe.lua's router_linear),
+  -- Qwen2-MoE's shared_expert_gate (Linear(H, 1))
+  gate = true, shared_expert_gate = true }
 
 -- lora.targets when a run names none: the attention projections, fused
 -- qkv_proj where the family has it (Phi-3); the names a model lacks are
