@@ -246,6 +246,21 @@ function L.liger_fused(S, h, w, batch, seq, vocab)
   return loss
 end
 
+-- CrossEntropyLoss over n shifted rows of fp32 logits x (taken over):
+-- shifted labels, log_softmax (x goes once it is taken), then nll_loss
+-- with its total_weight. The two shifting losses below end in it.
+local function shifted_nll(S, x, n)
+  local labels = S:new_tensor(n, "int64", "loss.shift_labels", false)
+  local logp = S:new_tensor(x.n, "fp32", "loss.log_softmax", S:rg(x))
+  S:node("loss.log_softmax", { logp }, { { x, logp.b } }, { logp })
+  S:drop(x)
+  local loss = S:new_tensor(1, "fp32", "loss.nll", S:rg(logp))
+  local total_weight = S:new_tensor(1, "fp32", "loss.total_weight", false)
+  S:node("loss.nll", { logp, labels, total_weight }, { { logp, logp.b } }, { loss })
+  S:drop(logp, total_weight, labels)
+  return loss
+end
+
 -- transformers 4.36-4.44 (LlamaForCausalLM.forward and its copies):
 -- logits = logits.float() in the model's forward (the model-dtype logits go
 -- at once), shift_logits = logits[..., :-1, :].contiguous() (an fp32 copy of
@@ -257,14 +272,8 @@ function L.causal_lm_legacy(S, logits, batch, seq, vocab)
   local n = batch * (seq - 1)
   local shift = S:new_tensor(n * vocab, "fp32", "loss.shift_logits", S:rg(lf))
   S:node("loss.shift_logits", {}, { { lf, lf.b } }, { shift })
-  local labels = S:new_tensor(n, "int64", "loss.shift_labels", false)
-  local logp = S:new_tensor(shift.n, "fp32", "loss.log_softmax", S:rg(shift))
-  S:node("loss.log_softmax", { logp }, { { shift, logp.b } }, { logp })
-  S:drop(shift)
-  local loss = S:new_tensor(1, "fp32", "loss.nll", S:rg(logp))
-  local total_weight = S:new_tensor(1, "fp32", "loss.total_weight", false)
-  S:node("loss.nll", { logp, labels, total_weight }, { { logp, logp.b } }, { loss })
-  S:drop(logp, total_weight, labels, lf)
+  local loss = shifted_nll(S, shift, n)
+  S:drop(lf)
   return loss
 end
 
@@ -280,15 +289,7 @@ function L.causal_lm_shift_float(S, logits, batch, seq, vocab)
   S:node("loss.shift_logits", {}, { { logits, logits.b } }, { shift })
   local lf = S:to(shift, "fp32", "loss.shift_float")
   S:drop(shift)
-  local labels = S:new_tensor(n, "int64", "loss.shift_labels", false)
-  local logp = S:new_tensor(lf.n, "fp32", "loss.log_softmax", S:rg(lf))
-  S:node("loss.log_softmax", { logp }, { { lf, logp.b } }, { logp })
-  S:drop(lf)
-  local loss = S:new_tensor(1, "fp32", "loss.nll", S:rg(logp))
-  local total_weight = S:new_tensor(1, "fp32", "loss.total_weight", false)
-  S:node("loss.nll", { logp, labels, total_weight }, { { logp, logp.b } }, { loss })
-  S:drop(logp, total_weight, labels)
-  return loss
+  return shifted_nll(S, lf, n)
 end
 
 -- Chunked cross entropy over the LM head (Apple's CCE, chunked-loss

@@ -44,16 +44,15 @@ function M.estimate(o)
       b.fits and "FITS" or "DOES NOT FIT", b.gpu.name, vram.fmt(b.gpu.bytes, "GiB"),
       vram.fmt(b.headroom_bytes, "GiB"))
   end
-  if o.timeline_lines then
+  -- a block of terminal lines, under its heading when it has one
+  local function block(lines, heading)
+    if not lines then return end
     out[#out + 1] = ""
-    out[#out + 1] = fenced("text", table.concat(o.timeline_lines, "\n"))
+    if heading then out[#out + 1] = heading; out[#out + 1] = "" end
+    out[#out + 1] = fenced("text", table.concat(lines, "\n"))
   end
-  if o.observed_lines then
-    out[#out + 1] = ""
-    out[#out + 1] = "#### Observed vs estimated"
-    out[#out + 1] = ""
-    out[#out + 1] = fenced("text", table.concat(o.observed_lines, "\n"))
-  end
+  block(o.timeline_lines)
+  block(o.observed_lines, "#### Observed vs estimated")
   if o.spec_text then
     out[#out + 1] = ""
     out[#out + 1] = "<details><summary>run spec</summary>"
