@@ -78,17 +78,28 @@ static void push_name(lua_State *L, int index) {
   lua_remove(L, -2);
 }
 
+/* The program at 1 and its (batch, seq) arguments, checked. */
+static const vr_trace *arguments(lua_State *L, int64_t *batch, int64_t *seq) {
+  *batch = vb_checkint(L, 2, 1, "batch");
+  *seq = vb_checkint(L, 3, 1, "seq");
+  const vr_trace *prog = checkbox(L, 1, PROGRAM, 1);
+  if (prog->batch > 0 && *batch != prog->batch)
+    luaL_argerror(L, 2, "this program answers batch 1 only (a line program)");
+  if (prog->seq > 0 && *seq != prog->seq)
+    luaL_argerror(L, 3, "this program answers seq 1 only (a line program)");
+  return prog;
+}
+
+static int overflow(lua_State *L, const char *method, int64_t batch, int64_t seq) {
+  return luaL_error(L, "program:%s: sizes overflow int64 at batch %I, seq %I", method,
+                    (lua_Integer)batch, (lua_Integer)seq);
+}
+
 /* Evaluates prog(batch, seq) from the arguments, or raises the overflow. */
 static void evaluate(lua_State *L, const char *method, vr_trace_result *r) {
-  int64_t batch = vb_checkint(L, 2, 1, "batch"), seq = vb_checkint(L, 3, 1, "seq");
-  const vr_trace *prog = checkbox(L, 1, PROGRAM, 1);
-  if (prog->batch > 0 && batch != prog->batch)
-    luaL_argerror(L, 2, "this program answers batch 1 only (a line program)");
-  if (prog->seq > 0 && seq != prog->seq)
-    luaL_argerror(L, 3, "this program answers seq 1 only (a line program)");
-  if (!vr_trace_eval(prog, batch, seq, r))
-    luaL_error(L, "program:%s: sizes overflow int64 at batch %I, seq %I", method,
-               (lua_Integer)batch, (lua_Integer)seq);
+  int64_t batch = 0, seq = 0;
+  const vr_trace *prog = arguments(L, &batch, &seq);
+  if (!vr_trace_eval(prog, batch, seq, r)) overflow(L, method, batch, seq);
 }
 
 /* prog:eval(batch, seq) -> {peak, peak_phase, peak_op, at_peak} */
@@ -113,9 +124,10 @@ static int l_eval(lua_State *L) {
 
 /* prog:peak(batch, seq) -> bytes: the hot path, no tables */
 static int l_peak(lua_State *L) {
-  vr_trace_result r;
-  evaluate(L, "peak", &r);
-  lua_pushinteger(L, (lua_Integer)r.peak);
+  int64_t batch = 0, seq = 0, peak = 0;
+  const vr_trace *prog = arguments(L, &batch, &seq);
+  if (!vr_trace_peak(prog, batch, seq, &peak)) overflow(L, "peak", batch, seq);
+  lua_pushinteger(L, (lua_Integer)peak);
   return 1;
 }
 
@@ -125,7 +137,14 @@ static int l_len(lua_State *L) {
   return 1;
 }
 
-static const luaL_Reg program_methods[] = {{"eval", l_eval}, {"peak", l_peak}, {NULL, NULL}};
+/* prog:plan_len() -> the ops prog:peak runs (fewer than #prog: trace_peak.c) */
+static int l_plan_len(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)vr_plan_len(checkbox(L, 1, PROGRAM, 1)->plan));
+  return 1;
+}
+
+static const luaL_Reg program_methods[] = {
+    {"eval", l_eval}, {"peak", l_peak}, {"plan_len", l_plan_len}, {NULL, NULL}};
 
 static const luaL_Reg box_meta[] = {{"__gc", box_gc}, {"__len", l_len}, {NULL, NULL}};
 

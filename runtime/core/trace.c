@@ -29,6 +29,8 @@ void vr_trace_release(vr_trace *tr) {
 void vr_trace_free(vr_trace *tr) {
   if (!tr) return;
   vr_mem m = tr->mem;
+  vr_plan_free(tr->plan, &m);
+  tr->plan = NULL;
   vr_trace_release(tr);
   vr_mem_free(&m, tr, sizeof *tr);
 }
@@ -72,23 +74,25 @@ static bool quad(const int64_t v[3], int64_t q[3]) {
   return vr_sub(v[0], q[1], &q[0]) && vr_sub(q[0], q[2], &q[0]);
 }
 
-/* +1 when every term is >= 0, -1 when every term is <= 0, 0 when mixed. */
-static int sign_of(const vr_op *op) {
+int vr_coef_sign(const int64_t c[VR_MONOMIALS]) {
   bool pos = false, neg = false;
   for (int i = 0; i < VR_MONOMIALS; i++) {
-    pos |= op->coef[i] > 0;
-    neg |= op->coef[i] < 0;
+    pos |= c[i] > 0;
+    neg |= c[i] < 0;
   }
   return pos && !neg ? 1 : (neg && !pos ? -1 : 0);
 }
 
-/* Whether rounding to the block leaves the change as it is for every size. */
-static bool block_exact(const vr_op *op, int64_t round) {
+bool vr_coef_exact(const int64_t c[VR_MONOMIALS], int64_t round) {
   if (round <= 0) return true;
   for (int i = 0; i < VR_MONOMIALS; i++)
-    if (op->coef[i] % round != 0) return false;
+    if (c[i] % round != 0) return false;
   return true;
 }
+
+static int sign_of(const vr_op *op) { return vr_coef_sign(op->coef); }
+
+static bool block_exact(const vr_op *op, int64_t round) { return vr_coef_exact(op->coef, round); }
 
 /* prev += op term by term; false (prev unchanged) on overflow. */
 static bool merge(vr_op *prev, const vr_op *op) {
@@ -264,6 +268,8 @@ vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, int64_t round, const ch
     *why = "a constant size overflows int64 once rounded to the block";
     goto fail;
   }
+  out->plan = vr_plan_build(out);
+  if (!out->plan) goto nomem;
   return out;
 nomem:
   *why = "out of memory";

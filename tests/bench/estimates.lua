@@ -40,6 +40,6 @@ for _, c in ipairs(CASES) do
     m = m + 1
   until os.clock() - t1 >= secs
   local dc = os.clock() - t1
-  print(("  compiled (%.0f ms once, %d ops): %.0f estimates per second (%.1f us each)")
-    :format(compile_ms, #est.prog, m / dc, dc / m * 1e6))
+  print(("  compiled (%.0f ms once, %d ops, %d in its peak plan): %.0f estimates per second "
+    .. "(%.2f us each)"):format(compile_ms, #est.prog, est.prog:plan_len(), m / dc, dc / m * 1e6))
 end

@@ -101,6 +101,8 @@ START_TEST(evaluation_should_report_overflow_instead_of_wrapping) {
   ck_assert_ptr_nonnull(prog);
   vr_trace_result r;
   ck_assert(!vr_trace_eval(prog, INT64_MAX / 4, 1 << 20, &r));
+  int64_t peak = 0;
+  ck_assert(!vr_trace_peak(prog, INT64_MAX / 4, 1 << 20, &peak));
   vr_trace_free(prog);
   release(tr);
 }
@@ -166,6 +168,91 @@ START_TEST(a_line_that_no_monomial_can_hold_should_be_refused) {
 }
 END_TEST
 
+/* A program of many kinds of ops (sizes of every monomial and both signs,
+ * several categories, a composed layer forward and backward), the same
+ * shape at every probe. */
+static uint64_t rng = 88172645463325252u;
+static int64_t draw(int64_t n) { /* xorshift: a fixed sequence */
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (int64_t)(rng % (uint64_t)n);
+}
+
+static void mixed_probes(vr_trace tr[7]) {
+  int64_t coef[40][VR_MONOMIALS];
+  for (int k = 0; k < 40; k++)
+    for (int i = 0; i < VR_MONOMIALS; i++) coef[k][i] = draw(3) == 0 ? draw(5000) : 0;
+  for (int i = 0; i < 7; i++) {
+    int64_t b = PB[i], t = PT[i], m[VR_MONOMIALS] = {1, b, t, b * t, t * t, b * t * t};
+    int64_t v[40];
+    for (int k = 0; k < 40; k++) {
+      v[k] = 0;
+      for (int j = 0; j < VR_MONOMIALS; j++) v[k] += coef[k][j] * m[j];
+    }
+    tr[i] = (vr_trace){0};
+    tr[i].batch = b;
+    tr[i].seq = t;
+    vr_trace *x = &tr[i];
+    ck_assert(vr_trace_push(x, (vr_op){VR_OP_PHASE, 0, 0, 0, 0, 0, 0, {0}}));
+    for (int k = 0; k < 10; k++) /* weights, states: allocations */
+      ck_assert(vr_trace_push(x, (vr_op){VR_OP_DELTA, k % 3, k, 0, v[k] + 1, 0, 0, {0}}));
+    /* a layer between two marks, composed 5 more times */
+    ck_assert(vr_trace_push(x, (vr_op){VR_OP_MARK, 0, -1, 0, 0, 0, 0, {0}}));
+    for (int k = 10; k < 20; k++) {
+      ck_assert(vr_trace_push(x, (vr_op){VR_OP_DELTA, 4, k, 0, v[k] + 7, 0, 0, {0}}));
+      if (k % 3 == 0) /* a temporary freed again */
+        ck_assert(vr_trace_push(x, (vr_op){VR_OP_DELTA, 4, k, 0, -(v[k] + 7), 0, 0, {0}}));
+    }
+    ck_assert(vr_trace_push(x, (vr_op){VR_OP_MARK, 0, -1, 1, 0, 0, 0, {0}}));
+    ck_assert(vr_trace_push(x, (vr_op){VR_OP_BULK_FWD, 4, 30, 0, 5, 0, 0, {0}}));
+    ck_assert(vr_trace_push(x, (vr_op){VR_OP_PHASE, 0, 1, 0, 0, 0, 0, {0}}));
+    for (int k = 20; k < 30; k++) /* logits and loss: up and down */
+      ck_assert(vr_trace_push(x, (vr_op){VR_OP_DELTA, 3 + k % 2, k, 0,
+                                         (k % 2 ? -1 : 1) * (v[k] + 3), 0, 0, {0}}));
+    /* the layer's backward, measured once and composed 5 times */
+    ck_assert(vr_trace_push(x, (vr_op){VR_OP_MEASURE, 0, -1, 0, 0, 0, 0, {0}}));
+    for (int k = 30; k < 40; k++)
+      ck_assert(vr_trace_push(x, (vr_op){VR_OP_DELTA, 4 + k % 2, k, 0,
+                                         (k % 3 ? 1 : -1) * (v[k] + 5), 0, 0, {0}}));
+    ck_assert(vr_trace_push(x, (vr_op){VR_OP_BULK_BWD, 4, 31, 0, 5, 640, 0, {0}}));
+    ck_assert(vr_trace_push(x, (vr_op){VR_OP_GRAD, VR_CAT_GRADS, -1, 0, 600, 0, 0, {0}}));
+    ck_assert(vr_trace_push(x, (vr_op){VR_OP_GRAD, VR_CAT_GRADS, -1, 0, 40, 0, 0, {0}}));
+  }
+}
+
+START_TEST(the_peak_alone_should_equal_the_full_evaluation) {
+  for (int round = 0; round <= 512; round += 512) {
+    for (int rep = 0; rep < 20; rep++) {
+      vr_trace tr[7];
+      mixed_probes(tr);
+      const char *why = NULL;
+      vr_trace *prog = fit(tr, round, &why);
+      ck_assert_msg(prog != NULL, "%s", why);
+      ck_assert(vr_plan_len(prog->plan) < prog->n); /* it folds */
+      for (int64_t b = 1; b < 40; b += 3)
+        for (int64_t t = 1; t < 9000; t += 331) {
+          vr_trace_result r;
+          int64_t peak = -1;
+          ck_assert(vr_trace_eval(prog, b, t, &r));
+          ck_assert(vr_trace_peak(prog, b, t, &peak));
+          ck_assert_int_eq(peak, r.peak);
+        }
+      /* near the limits: both report the overflow, or both the same bytes */
+      for (int64_t b = INT64_C(1) << 20; b < (INT64_C(1) << 40); b <<= 2) {
+        vr_trace_result r;
+        int64_t peak = -1;
+        bool full = vr_trace_eval(prog, b, 1 << 12, &r);
+        ck_assert(vr_trace_peak(prog, b, 1 << 12, &peak) == full);
+        if (full) ck_assert_int_eq(peak, r.peak);
+      }
+      vr_trace_free(prog);
+      release(tr);
+    }
+  }
+}
+END_TEST
+
 static Suite *trace_suite(void) {
   Suite *s = suite_create("trace");
   TCase *tc = tcase_create("fit");
@@ -176,6 +263,7 @@ static Suite *trace_suite(void) {
   tcase_add_test(tc, evaluation_should_report_overflow_instead_of_wrapping);
   tcase_add_test(tc, a_line_program_should_reproduce_its_polynomial_along_its_line);
   tcase_add_test(tc, a_line_that_no_monomial_can_hold_should_be_refused);
+  tcase_add_test(tc, the_peak_alone_should_equal_the_full_evaluation);
   suite_add_tcase(s, tc);
   return s;
 }

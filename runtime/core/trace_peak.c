@@ -1,0 +1,331 @@
+/* The peak-only evaluation of a fitted program (trace.h, vr_trace_peak):
+ * what a sweep or a search asks millions of times. It keeps no categories,
+ * phases or labels (vr_trace_eval has them), and its plan folds further
+ * than the program may:
+ *   - the peak is the largest live total after any op; checking a point
+ *     that cannot be a maximum changes nothing, so the plan checks after
+ *     every one of its ops, and an op that is frees followed by
+ *     allocations (of any categories) is one plan op: the maximum within
+ *     it is at its end;
+ *   - a size whose block rounding is exact for every size joins its
+ *     neighbours' polynomial; one that must be rounded is kept as its own
+ *     term list, rounded at evaluation as vr_trace_eval does.
+ * The plan adds without overflow checks, after proving once per
+ * evaluation that none can happen: the sum over the program's ops of
+ * |coef| x monomial (plus one block per rounded size) bounds every delta
+ * and every partial sum; the few composed-layer ops are checked. Where the
+ * proof fails the checked evaluator answers, so both give the same bytes
+ * or the same overflow. */
+#include <string.h>
+
+#include "checked.h"
+#include "trace.h"
+
+enum {
+  PK_CONST, /* x = c */
+  PK_ONE,   /* x = c * m[mono], exact */
+  PK_ONE_R, /* x = round(c * m[mono]) */
+  PK_POLY,  /* x = sum of n exact terms from `at` */
+  PK_GEN,   /* x = sum of n exact terms from `at` + round(sum of the mono terms after) */
+  PK_MARK, PK_FWD, PK_MEASURE, PK_BWD /* the program's op `at` */
+};
+
+typedef struct {
+  uint8_t kind, mono;
+  uint16_t n;
+  int32_t at;
+  int64_t c;
+} pk_op;
+
+typedef struct {
+  int64_t coef;
+  int32_t mono, pad;
+} pk_term;
+
+struct vr_plan {
+  pk_op *ops;
+  size_t n, cap;
+  pk_term *terms;
+  size_t nterms, tcap;
+  int64_t abs[VR_MONOMIALS]; /* sum of |coef| over the program's sizes; INT64_MAX: too large */
+  int64_t rounded;           /* sizes rounded at evaluation */
+};
+
+/* Every live total and delta stays within this when the proof holds: two
+ * of them add without overflow. */
+#define SAFE (INT64_C(1) << 61)
+
+/* The op being built: frees, then allocations. */
+typedef struct {
+  bool open, allocs, has_round;
+  int64_t exact[VR_MONOMIALS], round[VR_MONOMIALS];
+} building;
+
+static bool push_op(vr_plan *p, const vr_mem *mem, pk_op op) {
+  if (!vr_mem_grow(mem, (void **)&p->ops, &p->cap, p->n + 1, sizeof *p->ops, 64)) return false;
+  p->ops[p->n++] = op;
+  return true;
+}
+
+static bool push_terms(vr_plan *p, const vr_mem *mem, const int64_t c[VR_MONOMIALS], int *n) {
+  *n = 0;
+  for (int i = 0; i < VR_MONOMIALS; i++) {
+    if (c[i] == 0) continue;
+    if (!vr_mem_grow(mem, (void **)&p->terms, &p->tcap, p->nterms + 1, sizeof *p->terms, 64))
+      return false;
+    p->terms[p->nterms++] = (pk_term){c[i], i, 0};
+    ++*n;
+  }
+  return true;
+}
+
+/* Emits the op being built, in its cheapest form. */
+static bool close_op(vr_plan *p, const vr_mem *mem, building *b) {
+  if (!b->open) return true;
+  b->open = false;
+  int ne = 0, nr = 0, last = -1;
+  for (int i = 0; i < VR_MONOMIALS; i++) {
+    if (b->exact[i] != 0) ne++, last = i;
+    if (b->round[i] != 0) nr++;
+  }
+  if (!b->has_round || nr == 0) {
+    if (ne == 0) return true; /* nothing changes */
+    if (ne == 1)
+      return push_op(p, mem, (pk_op){last == 0 ? PK_CONST : PK_ONE, (uint8_t)last, 0, 0,
+                                     b->exact[last]});
+  }
+  if (ne == 0 && nr == 1)
+    for (int i = 0; i < VR_MONOMIALS; i++)
+      if (b->round[i] != 0) return push_op(p, mem, (pk_op){PK_ONE_R, (uint8_t)i, 0, 0, b->round[i]});
+  int at = (int)p->nterms, n1 = 0, n2 = 0;
+  if (!push_terms(p, mem, b->exact, &n1)) return false;
+  if (b->has_round && !push_terms(p, mem, b->round, &n2)) return false;
+  return push_op(p, mem, (pk_op){n2 ? PK_GEN : PK_POLY, (uint8_t)n2, (uint16_t)n1, at, 0});
+}
+
+
+/* c += d term by term; false (c unchanged) on overflow */
+static bool add_into(int64_t c[VR_MONOMIALS], const int64_t d[VR_MONOMIALS]) {
+  int64_t s[VR_MONOMIALS];
+  for (int i = 0; i < VR_MONOMIALS; i++)
+    if (!vr_add(c[i], d[i], &s[i])) return false;
+  memcpy(c, s, sizeof s);
+  return true;
+}
+
+/* One size change into the op being built, or into a new one. */
+static bool take(vr_plan *p, const vr_mem *mem, building *b, const int64_t c[VR_MONOMIALS],
+                 bool exact) {
+  int sg = vr_coef_sign(c);
+  bool fits = b->open && sg != 0 && (sg > 0 || !b->allocs) && (exact || !b->has_round);
+  if (fits) {
+    if (!add_into(exact ? b->exact : b->round, c)) fits = false;
+  }
+  if (!fits) {
+    if (!close_op(p, mem, b)) return false;
+    memset(b, 0, sizeof *b);
+    b->open = true;
+    memcpy(exact ? b->exact : b->round, c, sizeof b->exact);
+  }
+  b->has_round |= !exact;
+  b->allocs |= sg > 0;
+  if (sg == 0) return close_op(p, mem, b); /* a mixed sign: a point of its own */
+  return true;
+}
+
+/* |a| + |b| saturating at INT64_MAX */
+static int64_t sat_abs_add(int64_t a, int64_t b) {
+  int64_t s = 0;
+  if (b == INT64_MIN || !vr_add(a, b < 0 ? -b : b, &s)) return INT64_MAX;
+  return s;
+}
+
+void vr_plan_free(vr_plan *p, const vr_mem *mem) {
+  if (!p) return;
+  vr_mem_free(mem, p->ops, p->cap * sizeof *p->ops);
+  vr_mem_free(mem, p->terms, p->tcap * sizeof *p->terms);
+  vr_mem_free(mem, p, sizeof *p);
+}
+
+vr_plan *vr_plan_build(const vr_trace *prog) {
+  const vr_mem *mem = &prog->mem;
+  vr_plan *p = (vr_plan *)vr_mem_array(mem, 1, sizeof *p);
+  if (!p) return NULL;
+  memset(p, 0, sizeof *p);
+  building b;
+  memset(&b, 0, sizeof b);
+  for (size_t j = 0; j < prog->n; j++) {
+    const vr_op *op = &prog->ops[j];
+    bool ok = true;
+    switch (op->kind) {
+      case VR_OP_PHASE: break;
+      case VR_OP_CONST:
+      case VR_OP_DELTA: {
+        bool exact = op->kind == VR_OP_CONST || vr_coef_exact(op->coef, prog->round);
+        for (int i = 0; i < VR_MONOMIALS; i++) p->abs[i] = sat_abs_add(p->abs[i], op->coef[i]);
+        if (op->kind == VR_OP_DELTA) p->rounded++;
+        ok = take(p, mem, &b, op->coef, exact);
+        break;
+      }
+      default: {
+        int kind = op->kind == VR_OP_MARK ? PK_MARK : op->kind == VR_OP_BULK_FWD ? PK_FWD
+                   : op->kind == VR_OP_MEASURE ? PK_MEASURE : op->kind == VR_OP_BULK_BWD ? PK_BWD
+                   : -1;
+        if (kind < 0 || j > INT32_MAX) ok = false; /* a program holds no other kinds */
+        else ok = close_op(p, mem, &b) && push_op(p, mem, (pk_op){(uint8_t)kind, 0, 0, (int32_t)j, 0});
+        memset(&b, 0, sizeof b);
+      }
+    }
+    if (!ok) {
+      vr_plan_free(p, mem);
+      return NULL;
+    }
+  }
+  if (!close_op(p, mem, &b)) {
+    vr_plan_free(p, mem);
+    return NULL;
+  }
+  return p;
+}
+
+size_t vr_plan_len(const vr_plan *p) { return p ? p->n : 0; }
+
+#define MAX_SLOTS 64
+
+typedef struct {
+  int64_t live, peak, before; /* peak: since the last MEASURE (vr_trace_eval's watch);
+                                 before: the largest until then */
+  int64_t flow;               /* |changes| of the composed ops, for the proof */
+  int64_t marks[MAX_SLOTS], start[MAX_SLOTS], left[MAX_SLOTS];
+} pk_state;
+
+static inline void seen(pk_state *s) {
+  if (s->live > s->peak) s->peak = s->live;
+}
+
+/* live += x for a composed op's change, checked, its size counted in flow */
+static bool step(pk_state *s, int64_t x) {
+  if (x == INT64_MIN || !vr_add(s->live, x, &s->live) || !vr_add(s->flow, x < 0 ? -x : x, &s->flow))
+    return false;
+  seen(s);
+  return true;
+}
+
+static int64_t max3(int64_t a, int64_t b, int64_t c) {
+  int64_t m = a > b ? a : b;
+  return m > c ? m : c;
+}
+
+/* The composed ops, as vr_trace_eval runs them; a layer's n backward
+ * iterations in closed form: each moves live by the same net amount, so
+ * the highest point is in the first or the last. */
+static bool composed(const vr_trace *prog, const vr_op *op, pk_state *s) {
+  int slot = op->slot >= 0 && op->slot < MAX_SLOTS ? op->slot : 0;
+  int64_t x = 0;
+  switch (op->kind) {
+    case VR_OP_MARK: s->marks[slot] = s->live; return true;
+    case VR_OP_MEASURE:
+      s->start[slot] = s->live;
+      if (s->peak > s->before) s->before = s->peak;
+      s->peak = s->live;
+      return true;
+    case VR_OP_BULK_FWD: {
+      int mk = (int)(op->extra >= 0 && op->extra + 1 < MAX_SLOTS ? op->extra : 0);
+      if (!vr_sub(s->marks[mk + 1], s->marks[mk], &x) || !vr_mul(x, op->value, &x) || !step(s, x))
+        return false;
+      s->left[slot] = x;
+      return true;
+    }
+    case VR_OP_BULK_BWD: {
+      int64_t exc = 0, net = 0, rel = 0, n = op->value, g = prog->round > 0 ? op->extra_rounded
+                                                                           : op->extra;
+      if (!vr_sub(s->peak, s->start[slot], &exc) || !vr_sub(s->live, s->start[slot], &net) ||
+          !vr_sub(g, net, &rel))
+        return false;
+      if (n > 0) {
+        int64_t last = 0, hi = 0, top = 0, moved = 0, f = 0;
+        /* the first and the last iteration's highest points */
+        if (!vr_mul(net, n - 1, &last) || !vr_add(s->live, last, &last)) return false;
+        hi = last > s->live ? last : s->live;
+        if (!vr_add(hi, max3(exc, g, net) > 0 ? max3(exc, g, net) : 0, &top)) return false;
+        if (top > s->peak) s->peak = top;
+        /* flow: n x (2 |exc| + |g| + |rel|) */
+        if (exc == INT64_MIN || g == INT64_MIN || rel == INT64_MIN) return false;
+        if (!vr_add(exc < 0 ? -exc : exc, exc < 0 ? -exc : exc, &f) ||
+            !vr_add(f, g < 0 ? -g : g, &f) || !vr_add(f, rel < 0 ? -rel : rel, &f) ||
+            !vr_mul(f, n, &f) || !vr_add(s->flow, f, &s->flow))
+          return false;
+        if (!vr_mul(net, n, &moved) || !vr_add(s->live, moved, &s->live)) return false;
+        if (!vr_mul(rel, n, &moved) || !vr_sub(s->left[slot], moved, &s->left[slot])) return false;
+      }
+      return vr_sub(0, s->left[slot], &x) && step(s, x);
+    }
+    default: return false;
+  }
+}
+
+/* The proof's bound: sum over monomials of abs x m, plus a block per
+ * rounded size; false when it is not below SAFE. */
+static bool bounded(const vr_plan *p, const int64_t m[VR_MONOMIALS], int64_t round) {
+  int64_t sum = 0, t = 0;
+  for (int i = 0; i < VR_MONOMIALS; i++)
+    if (!vr_mul(p->abs[i], m[i], &t) || !vr_add(sum, t, &sum)) return false;
+  if (round > 0 && (!vr_mul(p->rounded, round, &t) || !vr_add(sum, t, &sum))) return false;
+  return sum < SAFE;
+}
+
+/* round up away from zero; |x| < SAFE, so no overflow */
+static inline int64_t round_to(int64_t x, int64_t r) {
+  if (r <= 0) return x;
+  int64_t q = x % r;
+  if (q == 0) return x;
+  return x < 0 ? x - (r + q) : x + (r - q);
+}
+
+/* The fast path; false: the proof did not hold (the caller evaluates checked). */
+static bool fast(const vr_trace *prog, const int64_t m[VR_MONOMIALS], int64_t *peak) {
+  const vr_plan *p = prog->plan;
+  const pk_term *terms = p->terms;
+  int64_t round = prog->round;
+  if (!bounded(p, m, round)) return false;
+  pk_state s;
+  s.live = s.peak = s.before = s.flow = 0;
+  for (size_t j = 0; j < p->n; j++) {
+    const pk_op *op = &p->ops[j];
+    int64_t x = 0, y = 0;
+    switch (op->kind) {
+      case PK_CONST: x = op->c; break;
+      case PK_ONE: x = op->c * m[op->mono]; break;
+      case PK_ONE_R: x = round_to(op->c * m[op->mono], round); break;
+      case PK_POLY:
+        for (int i = 0; i < op->n; i++) x += terms[op->at + i].coef * m[terms[op->at + i].mono];
+        break;
+      case PK_GEN:
+        for (int i = 0; i < op->n; i++) x += terms[op->at + i].coef * m[terms[op->at + i].mono];
+        for (int i = op->n; i < op->n + op->mono; i++)
+          y += terms[op->at + i].coef * m[terms[op->at + i].mono];
+        x += round_to(y, round);
+        break;
+      default:
+        if (!composed(prog, &prog->ops[op->at], &s)) return false;
+        /* what the composed ops moved keeps the proof's margin */
+        if (s.flow >= SAFE) return false;
+        continue;
+    }
+    s.live += x;
+    if (s.live > s.peak) s.peak = s.live;
+  }
+  *peak = s.peak > s.before ? s.peak : s.before;
+  return true;
+}
+
+bool vr_trace_peak(const vr_trace *prog, int64_t batch, int64_t seq, int64_t *peak) {
+  int64_t m[VR_MONOMIALS] = {1, batch, seq, 0, 0, 0};
+  if (prog->plan && batch >= 0 && seq >= 0 && vr_mul(batch, seq, &m[3]) &&
+      vr_mul(seq, seq, &m[4]) && vr_mul(m[4], batch, &m[5]) && fast(prog, m, peak))
+    return true;
+  vr_trace_result r;
+  if (!vr_trace_eval(prog, batch, seq, &r)) return false;
+  *peak = r.peak;
+  return true;
+}
