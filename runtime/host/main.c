@@ -3,6 +3,7 @@
  * also gives its help: adding a command needs no recompiling. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <dirent.h>
 #include <sys/resource.h>
@@ -23,11 +24,13 @@
 #define EXIT_USAGE 2
 
 /* The default budgets of a sandboxed run: a stranger's runaway script is
- * stopped within about ten seconds and a few hundred MiB, while every
+ * stopped within about ten CPU seconds and a few hundred MiB, while every
  * built-in command and recipe stays inside them (README, "The sandbox", has
  * the measured figures). Each message names the flag that raises its limit.
- * --trust (your own scripts) has no default budgets; flags still apply. */
-#define DEFAULT_MAX_INSTRUCTIONS 1000000000
+ * Instructions are counted only under --max-instructions (or --stats): a
+ * count hook makes Lua 5.4 stop at every instruction, and CPU time already
+ * ends a runaway. --trust (your own scripts) has no default budgets; flags
+ * still apply. */
 #define DEFAULT_MAX_MEMORY_MIB 256
 #define DEFAULT_MAX_SECONDS 10
 /* The built-in commands are our code on the user's data; the heaviest
@@ -51,7 +54,7 @@ static const char USAGE_TAIL[] =
     "Options (before COMMAND):\n"
     "  --trust                    lift the sandbox for your own scripts\n"
     "  --debug                    a Lua traceback under an error's message\n"
-    "  --max-instructions N       Lua instruction budget (default " STR(DEFAULT_MAX_INSTRUCTIONS) ")\n"
+    "  --max-instructions N       Lua instruction budget (default: not counted)\n"
     "  --max-memory MIB           memory budget, Lua and C, in MiB (default " STR(DEFAULT_MAX_MEMORY_MIB) ")\n"
     "  --max-seconds S            CPU-time budget in seconds (default " STR(DEFAULT_MAX_SECONDS) "; built-in\n"
     "                             commands " STR(DEFAULT_MAX_SECONDS_BUILTIN) ")\n"
@@ -285,6 +288,7 @@ static int run_script(const char *path, int argc, char **argv, int script_at,
   lua_pushlightuserdata(L, &ra);
   int st = lua_pcall(L, 1, 0, 1);
   int code = report(L, st, lim);
+  vh_sandbox_release(L);
   lua_close(L);
   if (show_stats) {
     struct rusage ru;
@@ -303,32 +307,42 @@ static int run_script(const char *path, int argc, char **argv, int script_at,
   return code;
 }
 
-/* The instruction budget cannot interrupt a long C call (a backtracking
- * string.find, say); CPU time can. The handler only writes and exits, which
- * is async-signal-safe. */
+/* The CPU-time budget ends any runaway, in Lua or in one long C call (a
+ * backtracking string.find) alike: the timer ticks every VH_TICK_MS of the
+ * process's CPU time (ITIMER_PROF); a tick past the budget writes the
+ * message and exits, which is async-signal-safe, and every other tick lets
+ * the sandbox check its depth limit (vh_sandbox_tick). */
 static char cpu_msg[160];
 static size_t cpu_msg_len;
+static long long cpu_ticks, cpu_max_ticks; /* 0: no budget, ticks for the sandbox only */
 
-static void cpu_exceeded(int sig) {
+static void cpu_tick(int sig) {
   (void)sig;
-  ssize_t w = write(STDERR_FILENO, cpu_msg, cpu_msg_len);
-  (void)w;
-  _exit(1);
+  if (cpu_max_ticks > 0 && ++cpu_ticks >= cpu_max_ticks) {
+    ssize_t w = write(STDERR_FILENO, cpu_msg, cpu_msg_len);
+    (void)w;
+    _exit(1);
+  }
+  vh_sandbox_tick();
 }
 
-/* ITIMER_PROF counts the process's CPU time, in Lua or in C alike. */
+/* seconds 0: no budget (the ticks still run for a sandboxed state). */
 static void cpu_limit(long long seconds) {
   int n = snprintf(cpu_msg, sizeof cpu_msg,
                    "%s: script exceeded its CPU time budget of %lld s (raise with --max-seconds)\n",
                    progname, seconds);
   cpu_msg_len = n > 0 && (size_t)n < sizeof cpu_msg ? (size_t)n : 0;
+  cpu_max_ticks = seconds > LLONG_MAX / (1000 / VH_TICK_MS) ? LLONG_MAX
+                                                             : seconds * (1000 / VH_TICK_MS);
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = cpu_exceeded;
+  sa.sa_handler = cpu_tick;
+  sa.sa_flags = SA_RESTART; /* a tick must not fail a read */
   sigaction(SIGPROF, &sa, NULL);
   struct itimerval it;
   memset(&it, 0, sizeof it);
-  it.it_value.tv_sec = (time_t)seconds;
+  it.it_interval.tv_usec = VH_TICK_MS * 1000;
+  it.it_value = it.it_interval;
   setitimer(ITIMER_PROF, &it, NULL);
 }
 
@@ -391,7 +405,8 @@ int main(int argc, char **argv) {
     }
   }
   if (i >= argc) return usage_error("%s", "no command given");
-  if (lim.max_instructions < 0) lim.max_instructions = lim.trusted ? 0 : DEFAULT_MAX_INSTRUCTIONS;
+  if (lim.max_instructions < 0) lim.max_instructions = 0; /* not counted */
+  lim.count_instructions = show_stats;
   if (lim.max_memory < 0) lim.max_memory = lim.trusted ? 0 : (int64_t)DEFAULT_MAX_MEMORY_MIB << 20;
   if (max_seconds < 0 && lim.trusted) max_seconds = 0;
   if (lim.trusted) fprintf(stderr, "%s: --trust: sandbox lifted for this run\n", progname);
@@ -411,10 +426,13 @@ int main(int argc, char **argv) {
     }
     if (!command_path(cmd, path, sizeof path)) return usage_error("unknown command '%s'", cmd);
     char *hargv[] = {argv[0], path, (char *)"--help"};
+    if (max_seconds != 0 || !lim.trusted)
+      cpu_limit(max_seconds < 0 ? DEFAULT_MAX_SECONDS_BUILTIN : max_seconds);
     return run_script(path, 3, hargv, 1, &lim);
   }
   if (strcmp(cmd, "run") == 0) {
-    if (max_seconds != 0) cpu_limit(max_seconds < 0 ? DEFAULT_MAX_SECONDS : max_seconds);
+    if (max_seconds != 0 || !lim.trusted)
+      cpu_limit(max_seconds < 0 ? DEFAULT_MAX_SECONDS : max_seconds);
     if (i + 1 >= argc) return usage_error("%s", "run needs a SCRIPT");
     if (!vh_find_script(&search, argv[i + 1], path, sizeof path)) {
       fprintf(stderr, "%s: cannot find script '%s' (looked as given, in VRAMLUA_PATH and in %s)\n",
@@ -424,6 +442,7 @@ int main(int argc, char **argv) {
     return run_script(path, argc, argv, i + 1, &lim);
   }
   if (!command_path(cmd, path, sizeof path)) return usage_error("unknown command '%s'", cmd);
-  if (max_seconds != 0) cpu_limit(max_seconds < 0 ? DEFAULT_MAX_SECONDS_BUILTIN : max_seconds);
+  if (max_seconds != 0 || !lim.trusted)
+    cpu_limit(max_seconds < 0 ? DEFAULT_MAX_SECONDS_BUILTIN : max_seconds);
   return run_script(path, argc, argv, i, &lim);
 }

@@ -123,18 +123,45 @@ static void charge(lua_State *L, vh_limits *lim, int64_t n) {
     budget_error(L, lim);
 }
 
+/* The sandbox's depth limit, checked wherever a hook runs. */
+static void check_depth(lua_State *L, const vh_limits *lim) {
+  lua_Debug deep;
+  if (!lim->trusted && lua_getstack(L, VH_MAX_DEPTH, &deep)) {
+    mark_stopped(L);
+    luaL_error(L, "stack overflow: calls nested more than %d deep (runaway recursion?)",
+               VH_MAX_DEPTH);
+  }
+}
+
 static void count_hook(lua_State *L, lua_Debug *ar) {
   (void)ar;
   vh_limits *lim = limits(L);
-  if (!lim->trusted) {
-    lua_Debug deep;
-    if (lua_getstack(L, VH_MAX_DEPTH, &deep)) {
-      mark_stopped(L);
-      luaL_error(L, "stack overflow: calls nested more than %d deep (runaway recursion?)",
-                 VH_MAX_DEPTH);
-    }
-  }
+  check_depth(L, lim);
   charge(L, lim, HOOK_STRIDE);
+}
+
+/* Without an instruction budget no hook runs between ticks: in Lua 5.4 any
+ * count hook makes the VM stop at every instruction (about 16 % of an
+ * estimate). The CPU-time timer's signal (vh_sandbox_tick, every
+ * VH_TICK_MS of CPU time) arms this hook for one instruction of the
+ * running state's main thread; it checks the depth limit and takes itself
+ * off. lua_sethook may be called from a signal handler (lua.c does so for
+ * SIGINT). */
+static lua_State *volatile ticked_state;
+
+static void tick_hook(lua_State *L, lua_Debug *ar) {
+  (void)ar;
+  lua_sethook(L, NULL, 0, 0);
+  check_depth(L, limits(L));
+}
+
+void vh_sandbox_tick(void) {
+  lua_State *L = ticked_state;
+  if (L) lua_sethook(L, tick_hook, LUA_MASKCOUNT, 1);
+}
+
+void vh_sandbox_release(lua_State *L) {
+  if (ticked_state == L) ticked_state = NULL;
 }
 
 /* require(name): "vram" is built in; everything else is a .lua file found
@@ -567,7 +594,11 @@ void vh_sandbox_open(lua_State *L, vh_limits *lim) {
   lua_pop(L, 1);
   lua_pushcfunction(L, l_require);
   lua_setglobal(L, "require");
-  /* the hook also carries the sandbox's depth limit */
-  if (lim->max_instructions > 0 || !lim->trusted)
+  /* instructions are counted only for a budget or --stats; the hook then
+   * also carries the depth limit, which otherwise the CPU-time timer's
+   * ticks check (tick_hook) */
+  if (lim->max_instructions > 0 || lim->count_instructions)
     lua_sethook(L, count_hook, LUA_MASKCOUNT, HOOK_STRIDE);
+  else if (!lim->trusted)
+    ticked_state = L;
 }

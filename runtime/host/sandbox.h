@@ -10,7 +10,9 @@
  * `vram` module and `require`. package.loaded holds these same tables and
  * nothing else (no io, debug, package, full os). Reading a global nobody
  * set raises "undefined global 'NAME'". Calls nest at most VH_MAX_DEPTH
- * deep. tests/sandbox/reach.c checks everything reachable against
+ * deep (checked by the instruction hook, or at each CPU-time tick when no
+ * instructions are counted; Lua's own "stack overflow" bounds a recursion
+ * between two ticks). tests/sandbox/reach.c checks everything reachable against
  * tests/sandbox/reachable.txt. vram.json.load, vram.yaml.load and require
  * read only below the main script's directory, below the search roots
  * (VRAMLUA_PATH and the share directory) and files named on the command
@@ -21,8 +23,9 @@
  * share directory) in both modes.
  *
  * Trusted (--trust): all standard libraries and no read rule, depth limit
- * or metatable changes. Both modes keep the instruction and memory budgets;
- * once the instruction budget is spent the error is raised again at every
+ * or metatable changes. Both modes keep the CPU-time budget (main.c), the
+ * instruction budget when one is given and the memory budget; once the
+ * instruction budget is spent the error is raised again at every
  * instruction, so pcall cannot swallow it and carry on. */
 #ifndef VRAM_SANDBOX_H
 #define VRAM_SANDBOX_H
@@ -36,6 +39,7 @@
 typedef struct {
   bool trusted;            /* --trust: all standard libraries */
   int64_t max_instructions;/* 0 = unlimited */
+  bool count_instructions; /* count without a budget (--stats) */
   int64_t max_memory;      /* bytes, 0 = unlimited */
   /* runtime bookkeeping */
   int64_t used_memory;     /* bytes: Lua and the C allocations made through
@@ -57,7 +61,15 @@ typedef struct {
 
 /* A fresh state whose allocator enforces lim->max_memory. */
 lua_State *vh_newstate(vh_limits *lim);
-/* Opens the libraries and `require`, installs the instruction hook. */
+/* Opens the libraries and `require`; installs the instruction hook when
+ * instructions are counted (a budget or count_instructions). */
 void vh_sandbox_open(lua_State *L, vh_limits *lim);
+/* The CPU-time timer's tick (every VH_TICK_MS of CPU time; safe in a signal
+ * handler): a sandboxed state that counts no instructions has its depth
+ * limit checked at the next instruction of its main thread. */
+#define VH_TICK_MS 10
+void vh_sandbox_tick(void);
+/* Before lua_close: no tick touches L any more. */
+void vh_sandbox_release(lua_State *L);
 
 #endif

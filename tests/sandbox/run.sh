@@ -100,5 +100,22 @@ t "--trust says so"                        0 "--trust: sandbox lifted" '"$V" --t
 t "arg cannot be rewritten to widen it"    1 "outside the sandbox" \
   'echo "arg[1] = \"../outside/secret.json\" print(vram.json.load(arg[1]))" >../proj/a.lua; "$V" run ../proj/a.lua ../proj/data/a.json'
 
+# budgets with no instruction count (the default): the CPU-time timer's
+# ticks check the depth limit; a recursion that busy-loops past 100000 calls
+# never meets Lua's own stack limit, only the tick
+cat >"$D/proj/deep_busy.lua" <<'EOF'
+local function f(n)
+  if n > 100005 then while true do end end
+  return 1 + f(n + 1)
+end
+print(f(1))
+EOF
+t "depth limit without an instruction count" 1 "calls nested more than 100000 deep" \
+  '"$V" --max-seconds 5 run ../proj/deep_busy.lua'
+t "a busy loop ends at the CPU budget"     1 "CPU time budget of 1 s" \
+  'echo "while true do end" >../proj/busy.lua; "$V" --max-seconds 1 run ../proj/busy.lua'
+t "--stats counts instructions"            0 "!stats: 0 instructions" \
+  'echo "local x = 0 for i = 1, 100000 do x = x + i end" >../proj/count.lua; "$V" --stats run ../proj/count.lua'
+
 echo "sandbox: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
