@@ -308,7 +308,7 @@ function D.build(S, m, opts)
   local function norm(name, n) return S:param(n, dt, tr(name), name) end
   local qdim, kvdim = m.heads * hd, m.kv_heads * hd
   local moe_opts = { dt = dt, trainable = tr, lora = lo, quant = quant, quant_for = D.quant_for }
-  for i = 1, m.layers do
+  local function build_layer(i)
     local l = {}
     if m.cross_layers and m.cross_layers[i] then
       -- mllama's cross-attention layer: q from the text, k/v from the
@@ -372,8 +372,11 @@ function D.build(S, m, opts)
     elseif m.norms == "post" then
       l.ln4 = norm("post_feedforward_layernorm", H)
     end
-    P.layers[i] = l
+    return l
   end
+  -- every layer builds the same parameters unless some are cross-attention
+  -- or MoE layers and others not (Sim:build_layers then builds them once)
+  P.layers = S:build_layers(m.layers, build_layer, not m.cross_layers and m.uniform)
   if stage.head then
     P.norm = norm("norm", H)
     if m.tie then

@@ -100,7 +100,7 @@ function V.build(S, m, dt, tr, lo)
     return layers.new_linear(S, { label = name, inn = inn, out = out, bias = true, dt = dt,
       trainable = tr(name), lora = lo(name) })
   end
-  for i = 1, m.layers do
+  P.layers = S:build_layers(m.layers, function()
     local l = {}
     l.ln1_w = S:param(D, dt, tr("layer_norm1"), "layer_norm1")
     l.ln1_b = S:param(D, dt, tr("layer_norm1"), "layer_norm1.bias")
@@ -111,8 +111,8 @@ function V.build(S, m, dt, tr, lo)
     l.ln2_w = S:param(D, dt, tr("layer_norm2"), "layer_norm2")
     l.ln2_b = S:param(D, dt, tr("layer_norm2"), "layer_norm2.bias")
     l.mlp = { fc1 = lin("fc1", D, I), fc2 = lin("fc2", I, D) }
-    P.layers[i] = l
-  end
+    return l
+  end, true) -- every block builds the same parameters (Sim:build_layers)
   P.post_w = S:param(D, dt, tr("post_layernorm"), "post_layernorm")
   P.post_b = S:param(D, dt, tr("post_layernorm"), "post_layernorm.bias")
   -- position_ids buffer (int64, not cast); Qwen3-VL's interpolated table has none

@@ -51,6 +51,44 @@ local function params(l, out)
   return out
 end
 
+local by_id = function(a, b) return a.id < b.id end
+
+-- The {param, bytes} gradient edges of layers 3 .. n-1, layer by layer,
+-- and their count per layer. Layers built as one group (Sim:build_layers)
+-- are read off the group: layer 3's parameters, copy j's ids j * stride on.
+local function middle_edges(layers, n)
+  local edges, nper = {}, nil
+  local mt = getmetatable(layers)
+  local G = mt and mt.group
+  local ps = G and G.count == n - 3 and params(rawget(layers, 3), {})
+  for _, p in ipairs(ps or {}) do
+    if not G.index[p] then ps = nil; break end -- a parameter from outside the layer
+  end
+  if ps then
+    table.sort(ps, by_id)
+    for j = 0, G.count - 1 do
+      local off = j * G.stride
+      for _, p in ipairs(ps) do
+        edges[#edges + 1] = p.id + off
+        edges[#edges + 1] = p.b
+      end
+    end
+    return edges, #ps
+  end
+  for i = 3, n - 1 do
+    -- in creation order: pairs() order changes from one process to the next
+    -- (string hashes are seeded), and with it the timeline's event order
+    ps = params(layers[i], {})
+    table.sort(ps, by_id)
+    nper = nper or #ps
+    for _, p in ipairs(ps) do
+      edges[#edges + 1] = p.id
+      edges[#edges + 1] = p.b
+    end
+  end
+  return edges, nper
+end
+
 -- one(i, x) runs layer i on x (dropping x) and returns its output; layers[i]
 -- holds layer i's parameters.
 function M.layers(S, layers, n, one, x, label)
@@ -59,19 +97,7 @@ function M.layers(S, layers, n, one, x, label)
   local before, rbefore = tape:mark()
   x = one(2, x)
   local after, rafter = tape:mark()
-  local edges, nper = {}, nil
-  local by_id = function(a, b) return a.id < b.id end
-  for i = 3, n - 1 do
-    -- in creation order: pairs() order changes from one process to the next
-    -- (string hashes are seeded), and with it the timeline's event order
-    local ps = params(layers[i], {})
-    table.sort(ps, by_id)
-    nper = nper or #ps
-    for _, p in ipairs(ps) do
-      edges[#edges + 1] = p.id
-      edges[#edges + 1] = p.b
-    end
-  end
+  local edges, nper = middle_edges(layers, n)
   local bulk = tape:bulk(after - before, rafter - rbefore, n - 3, edges, nper or 0, label)
   x = one(n, x)
   tape:bulk_end(bulk)

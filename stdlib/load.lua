@@ -44,7 +44,8 @@ end
 function L.finish(S, run)
   local ld = run.load or {}
   if ld.cast == "device" and ld.from then
-    local excess, worst, ps = 0, 0, S.load_params
+    local excess, worst = 0, 0
+    local ps = require("stdlib.sim").expand(S.load_params)
     for i = #ps, 1, -1 do
       local p = ps[i]
       excess = excess + S:bytes(ld.from, p.n) - p.b

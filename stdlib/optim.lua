@@ -2,6 +2,7 @@
 -- temporaries their step allocates (PyTorch's single-tensor and foreach
 -- implementations).
 local vram = require("vram")
+local Sim = require("stdlib.sim")
 local O = {}
 
 O.names = { "none", "sgd", "sgd_momentum", "momentum", "adam", "adamw", "adam8bit",
@@ -13,7 +14,7 @@ function O.init_state(S, params, opt)
   local name = opt.name
   if name == "none" or name == "sgd" then return end
   local known = {} -- dtype -> rows -> cols -> bytes: layers repeat their shapes
-  for _, p in ipairs(params) do
+  local function one(p)
     local state_dt = opt.state_dtype or p.dt
     local rows = p.rows or p.n
     local cols = p.n // rows
@@ -49,21 +50,72 @@ function O.init_state(S, params, opt)
       S.tape:alloc(S:round_bytes(opt.step_bytes), "optimizer_state", "optimizer.step_count")
     end
   end
+  for _, p in ipairs(params) do
+    if p.group then -- identical layers: the tape repeats the first copy's states
+      local paged = S.paged_state_bytes or 0
+      if S:repeat_allocs(p.count - 1, function() for _, q in ipairs(p.params) do one(q) end end)
+        and S.paged_state_bytes then
+        S.paged_state_bytes = paged + (S.paged_state_bytes - paged) * p.count
+      end
+    else
+      one(p)
+    end
+  end
   -- TorchSharp without Dispose (run.undisposed_steps = k): the sqrt and
   -- denom temporaries of the k - 1 steps before this one are still waiting
   -- for the .NET collector, under the whole step
   local k = opt.undisposed_steps
   if k and k > 1 and (name == "adam" or name == "adamw") then
     local held = 0
-    for _, p in ipairs(params) do held = held + 2 * p.b end
+    for _, p in ipairs(params) do
+      if p.group then
+        for _, q in ipairs(p.params) do held = held + 2 * q.b * p.count end
+      else
+        held = held + 2 * p.b
+      end
+    end
     S.tape:alloc(vram.mul(k - 1, held), "temporaries", "optimizer.undisposed_earlier_steps")
   end
 end
 
-local function total(params)
-  local s = 0
-  for _, p in ipairs(params) do s = s + p.b end
-  return s
+-- The bytes of every parameter, and of the largest (groups: each copy).
+local function total(params) return Sim.sum(params, "b") end
+
+local function largest(params)
+  local big = 0
+  for _, p in ipairs(params) do
+    for _, q in ipairs(p.group and p.params or { p }) do if q.b > big then big = q.b end end
+  end
+  return big
+end
+
+-- body(p) for every parameter in order. A group's copies after the second
+-- start where the second started (the same live bytes in every category)
+-- and repeat its events, so reach no higher peak (the tape keeps the
+-- first): they are skipped, a timeline getting the second's events again.
+local function each_param(S, params, body)
+  local tape = S.tape
+  for _, p in ipairs(params) do
+    if not p.group then
+      body(p)
+    else
+      local before
+      for j = 0, p.count - 1 do
+        local first = S.timeline and tape:timeline_len() + 1
+        if j == 1 and p.count > 2 then before = tape:stats().live_by_category end
+        for _, q in ipairs(p.params) do body(q) end
+        if before then
+          local same = true
+          for cat, b in pairs(tape:stats().live_by_category) do same = same and before[cat] == b end
+          before = nil
+          if same then
+            if first then tape:timeline_repeat(first, tape:timeline_len(), p.count - 2) end
+            break
+          end
+        end
+      end
+    end
+  end
 end
 
 -- optimizer.step(): only the transients; states are updated in place.
@@ -94,7 +146,7 @@ function O.step(S, params, opt)
       -- single tensor: denom = (sqrt(v) / bc).add_(eps); the previous
       -- parameter's denom lives until the name is rebound
       local prev, prev_g
-      for _, p in ipairs(params) do
+      each_param(S, params, function(p)
         local g = coupled_wd and tape:alloc(p.b, "temporaries", "optimizer.grad_wd")
         if prev_g then tape:drop(prev_g) end
         prev_g = g
@@ -103,7 +155,7 @@ function O.step(S, params, opt)
         tape:drop(sq)
         if prev then tape:drop(prev) end
         prev = denom
-      end
+      end)
       if prev then tape:drop(prev) end
       if prev_g then tape:drop(prev_g) end
     end
@@ -112,18 +164,14 @@ function O.step(S, params, opt)
     -- foreach, a list for every parameter (freed once the update is done or
     -- the momentum buffers take its place); one parameter at a time otherwise
     if wd ~= 0 and #params > 0 then
-      local big = 0
-      for _, p in ipairs(params) do if p.b > big then big = p.b end end
-      tape:temp(fe and total(params) or big, "temporaries", "optimizer.grad_wd")
+      tape:temp(fe and total(params) or largest(params), "temporaries", "optimizer.grad_wd")
     end
   elseif name == "adafactor" or name == "lion" then
     -- one update-sized temporary per parameter
-    local big = 0
-    for _, p in ipairs(params) do if p.b > big then big = p.b end end
+    local big = largest(params)
     if big > 0 then tape:temp(big, "temporaries", "optimizer.update") end
   elseif name == "adam8bit" then
-    local big = 0
-    for _, p in ipairs(params) do if p.b > big then big = p.b end end
+    local big = largest(params)
     if big > 0 then tape:temp(big, "temporaries", "optimizer.dequant") end
   end
 end

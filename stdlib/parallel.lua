@@ -378,12 +378,12 @@ local function pass(family, run, L, role, held, mid)
   local tape = S.tape
   local scheme = L.fsdp and L.fsdp ~= "no_shard" and "fsdp" or
     (L.zero > 0 and ("zero" .. L.zero) or "ddp")
-  local params = S.params
   -- sharded schemes: states allocated below, partitioned; the handles
   -- carry no bytes
   S:set_param_storage(scheme == "ddp" or scheme == "zero1")
   local P = family.build(S, run, step.policies(run))
   S:set_param_storage(true)
+  local params = S:flat_params() -- identical layers' groups, one table per parameter
   -- expert parameters (EP): ZeRO partitions them over the dp/ep ranks that
   -- hold the same experts
   for _, l in ipairs(P.layers or {}) do

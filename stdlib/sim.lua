@@ -47,12 +47,18 @@ end
 
 -- Bytes of n elements as the allocator hands them out (asked for the same
 -- few sizes thousands of times a step, so remembered per simulator).
-function Sim:bytes(dt, n)
-  local by = self.sizes[dt]
-  if not by then
-    by = {}
-    self.sizes[dt] = by
+-- t[k], a table made on first use.
+local function sub(t, k)
+  local v = t[k]
+  if not v then
+    v = {}
+    t[k] = v
   end
+  return v
+end
+
+function Sim:bytes(dt, n)
+  local by = self.sizes[dt] or sub(self.sizes, dt)
   local b = by[n]
   if not b then
     b = self:round_bytes(bytes(dt, n))
@@ -104,10 +110,191 @@ function Sim:adapter_param(n, dt, label)
 end
 
 function Sim:flush_adapters()
+  local tape = self.tape
+  local function one(a)
+    if a[1] > 0 then tape:alloc(a[1], "weights", a[2]) end
+  end
   for _, a in ipairs(self.adapters_later or {}) do
-    if a[1] > 0 then self.tape:alloc(a[1], "weights", a[2]) end
+    if a.group then -- a group's adapters, once per copy
+      self:repeat_allocs(a.count - 1, function() for _, x in ipairs(a.list) do one(x) end end)
+    else
+      one(a)
+    end
   end
   self.adapters_later = nil
+end
+
+-- Runs fn, which only allocates and frees temporaries on the tape, then
+-- has the tape do the same `times` more times (vr_tape_capture_repeat: the
+-- same events, in C). Returns true when the tape repeated them, false
+-- when fn itself ran again (a capture already open, or fn did more).
+function Sim:repeat_allocs(times, fn)
+  local tape = self.tape
+  if self.capturing or times <= 0 then
+    fn()
+    for _ = 1, times do fn() end
+    return false
+  end
+  self.capturing = true
+  tape:capture()
+  fn()
+  local stride = tape:capture_end()
+  self.capturing = false
+  if stride then
+    tape:capture_repeat(times)
+    return true
+  end
+  for _ = 1, times do fn() end
+  return false
+end
+
+-- Parameter groups (issue 18: the bookkeeping of identical layers).
+-- A group in S.params, {group = true, params, count, stride}, stands for
+-- `count` copies of its parameters in their creation order: copy 0 is
+-- params itself, copy j of parameter p the tensor p.id + j * stride, of
+-- p's size. Consumers that need every parameter as a table read
+-- Sim.expand(list); the rest handle a group in one go.
+
+-- Copy j of a group's parameter p (made once, then the same table).
+function Sim.param_copy(G, p, j)
+  if j == 0 then return p end
+  local by = G.copies[p] or sub(G.copies, p)
+  local c = by[j]
+  if not c then
+    c = {}
+    for k, v in pairs(p) do c[k] = v end
+    c.id = p.id + j * G.stride
+    by[j] = c
+  end
+  return c
+end
+
+-- A group of some of G's parameters (the trainable ones), sharing its copies.
+function Sim.subgroup(G, params)
+  return { group = true, params = params, count = G.count, stride = G.stride,
+    copies = G.copies, index = G.index }
+end
+
+-- Every parameter of a list with groups, one table each, in creation order.
+function Sim.expand(list)
+  local out = {}
+  for _, p in ipairs(list) do
+    if p.group then
+      for j = 0, p.count - 1 do
+        for _, q in ipairs(p.params) do out[#out + 1] = Sim.param_copy(p, q, j) end
+      end
+    else
+      out[#out + 1] = p
+    end
+  end
+  return out
+end
+
+function Sim:flat_params() return Sim.expand(self.params) end
+
+-- The sum of field k ("b", "n") over every parameter of a list with groups.
+function Sim.sum(list, k)
+  local s = 0
+  for _, p in ipairs(list) do
+    if p.group then
+      for _, q in ipairs(p.params) do s = s + q[k] * p.count end
+    else
+      s = s + p[k]
+    end
+  end
+  return s
+end
+
+-- The entries of list after index `from` become one group entry.
+local function fold(list, from, G)
+  if not list then return end
+  local moved = {}
+  for i = from + 1, #list do
+    moved[#moved + 1] = list[i]
+    list[i] = nil
+  end
+  G.params = moved
+  list[from + 1] = G
+  return G
+end
+
+-- Whether table x holds a parameter, at any depth (memo: table -> bool).
+local function holds(x, memo)
+  if memo[x] ~= nil then return memo[x] end
+  memo[x] = false -- (a cycle holds nothing more)
+  local any = x.param == true
+  if not any then
+    for _, v in pairs(x) do
+      if type(v) == "table" and holds(v, memo) then any = true end
+    end
+  end
+  memo[x] = any
+  return any
+end
+
+-- Layer table x as copy j of the group: its parameters replaced by their
+-- copies, the tables holding them rebuilt, everything else shared.
+local function clone(x, j, G, memo)
+  if x.param then return G.index[x] and Sim.param_copy(G, x, j) or x end
+  if not memo[x] then return x end
+  local c = {}
+  for k, v in pairs(x) do c[k] = type(v) == "table" and clone(v, j, G, memo) or v end
+  return c
+end
+
+-- Layers 1 .. n of a stack, build(i) making layer i's parameters and
+-- returning its table. uniform: every layer builds the same parameters.
+-- Then layers 1, 2 and n are built in full and layer 3 once while the tape
+-- captures it; the tape repeats it for layers 4 .. n-1 (the same
+-- allocations, load transients, peaks and timeline events, in C), whose
+-- parameters join layer 3's in one group (S.params, S.load_params and the
+-- adapters waiting for the setup) and whose tables are made only when
+-- read (layers[i]); stdlib/compose.lua takes the group's gradients from
+-- it. tests/lua/test_compose.lua compares with run.compose = false.
+function Sim:build_layers(n, build, uniform)
+  local ls = {}
+  if not (uniform and self.group_layers and n >= 5 and not self.capturing) then
+    for i = 1, n do ls[i] = build(i) end
+    return ls
+  end
+  ls[1], ls[2] = build(1), build(2)
+  local np, nl = #self.params, self.load_params and #self.load_params
+  local na = self.adapters_later and #self.adapters_later or 0
+  local tape = self.tape
+  self.capturing = true
+  tape:capture()
+  local template = build(3)
+  ls[3] = template
+  local stride = tape:capture_end()
+  self.capturing = false
+  if not stride then
+    for i = 4, n do ls[i] = build(i) end
+    return ls
+  end
+  tape:capture_repeat(n - 4)
+  local G = fold(self.params, np, { group = true, count = n - 3, stride = stride,
+    copies = {}, index = {} })
+  for _, p in ipairs(G.params) do G.index[p] = true end
+  fold(self.load_params, nl, { group = true, count = n - 3, stride = stride,
+    copies = G.copies, index = G.index })
+  if self.adapters_later and #self.adapters_later > na then
+    local A = fold(self.adapters_later, na, { group = true, count = n - 3 })
+    A.list, A.params = A.params, nil
+  end
+  ls[n] = build(n)
+  local memo = {}
+  holds(template, memo)
+  setmetatable(ls, {
+    __index = function(t, i)
+      if math.type(i) ~= "integer" or i < 4 or i >= n then return nil end
+      local l = clone(template, i - 3, G, memo)
+      rawset(t, i, l)
+      return l
+    end,
+    __len = function() return n end,
+    group = G, -- layers 3 .. n-1 (stdlib/compose.lua)
+  })
+  return ls
 end
 
 -- A view: same storage, one more reference, optionally another element count.

@@ -122,7 +122,7 @@ function M.modules_to_save(S, run, all)
         .. "embeddings is not modelled (peft's copy unties them)")
     end
     local found, known = false, {}
-    for _, p in ipairs(all) do
+    for _, p in ipairs(Sim.expand(all)) do
       if p.label then known[#known + 1] = p.label end
       if p.label == name or (p.label or ""):sub(1, #name + 1) == name .. "." then
         found = true
@@ -137,10 +137,19 @@ function M.modules_to_save(S, run, all)
   end
 end
 
--- Every parameter tensor the tape knows, in creation order, that trains.
+-- Every parameter tensor the tape knows, in creation order, that trains
+-- (of a group of identical layers' parameters, a group of those that train).
 local function trainable_params(S, all)
   local out = {}
-  for _, p in ipairs(all) do if p.rg then out[#out + 1] = p end end
+  for _, p in ipairs(all) do
+    if p.group then
+      local tr = {}
+      for _, q in ipairs(p.params) do if q.rg then tr[#tr + 1] = q end end
+      if #tr > 0 then out[#out + 1] = Sim.subgroup(p, tr) end
+    elseif p.rg then
+      out[#out + 1] = p
+    end
+  end
   return out
 end
 M.trainable = trainable_params
@@ -162,6 +171,10 @@ function M.new_sim(run)
   -- probe; a timeline then gets the composed events copied (timeline_repeat)
   S.composable = (run.compose == nil or run.compose == true) and not run.trace
   S.timeline = run.timeline and true or nil
+  -- identical layers' parameters built once and repeated by the tape
+  -- (Sim:build_layers), unless compose is off (or run.group_layers is
+  -- false: tests/lua/test_compose.lua's reference, every layer built)
+  S.group_layers = run.compose ~= false and run.group_layers ~= false
   S.sum_out_of_place = run.grad_sum == "out_of_place" -- torch < 2.0 (stdlib/truth.lua)
   if alloc then S.tape:rounding(alloc.round, alloc.small_max, alloc.large_round) end
   if run.trace then S.tape:trace(run.batch, run.seq) end -- a compiled-estimate probe
@@ -182,18 +195,25 @@ end
 -- What stdlib/xla.lua's terms need of a jitted training step: the
 -- arguments live when it is called and the state it returns.
 function M.xla_record(S, trainable, state_bytes, arguments)
-  local pb = 0
-  for _, p in ipairs(trainable) do pb = pb + p.b end
+  local pb = Sim.sum(trainable, "b")
   return { arguments = arguments, state = pb + state_bytes, donate = S.jit.donate }
 end
 
 -- Parameter and trainable counts of every parameter created.
 function M.counts(st, all)
-  st.param_count, st.trainable_count = 0, 0
+  local n, tr = 0, 0
   for _, p in ipairs(all) do
-    st.param_count = st.param_count + p.n
-    if p.rg then st.trainable_count = st.trainable_count + p.n end
+    if p.group then
+      for _, q in ipairs(p.params) do
+        n = n + q.n * p.count
+        if q.rg then tr = tr + q.n * p.count end
+      end
+    else
+      n = n + p.n
+      if p.rg then tr = tr + p.n end
+    end
   end
+  st.param_count, st.trainable_count = n, tr
   return st
 end
 

@@ -48,8 +48,7 @@ end
 function M.begin_outputs(S, trainable, state_bytes)
   local j = S.jit
   if not j or j.donate then return nil end
-  local pb = 0
-  for _, p in ipairs(trainable) do pb = pb + p.b end
+  local pb = require("stdlib.sim").sum(trainable, "b") -- (identical layers' groups)
   local h = {}
   if pb > 0 then h[#h + 1] = S.tape:alloc(pb, "weights", "xla.output.new_params") end
   if state_bytes > 0 then

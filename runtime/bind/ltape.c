@@ -248,6 +248,30 @@ static int l_bulk_end(lua_State *L) {
   return st ? fail(L, "bulk_end", st) : 0;
 }
 
+/* t:capture(): from now on keep the allocs and temps (tape.h) */
+static int l_capture(lua_State *L) {
+  vr_status st = vr_tape_capture_begin(check(L));
+  return st ? fail(L, "capture", st) : 0;
+}
+
+/* t:capture_end() -> tensors the capture created, or nil when another call
+ * spoiled it */
+static int l_capture_end(lua_State *L) {
+  int64_t stride = -1;
+  vr_status st = vr_tape_capture_end(check(L), &stride);
+  if (st) return fail(L, "capture_end", st);
+  if (stride < 0) return 0;
+  lua_pushinteger(L, (lua_Integer)stride);
+  return 1;
+}
+
+/* t:capture_repeat(times): the captured allocs and temps again, times times */
+static int l_capture_repeat(lua_State *L) {
+  int64_t times = vb_checkint(L, 2, 0, "times");
+  vr_status st = vr_tape_capture_repeat(check(L), times);
+  return st ? fail(L, "capture_repeat", st) : 0;
+}
+
 static int l_ckpt_begin(lua_State *L) {
   vr_status st = vr_tape_ckpt_begin(check(L));
   return st ? fail(L, "ckpt_begin", st) : 0;
@@ -627,7 +651,8 @@ static const luaL_Reg methods[] = {
     {"trace", l_trace},       {"take_trace", l_take_trace}, {"mark", l_mark},
     {"names", l_names},       {"timeline", l_timeline},   {"timeline_len", l_timeline_len},
     {"timeline_event", l_timeline_event}, {"timeline_repeat", l_timeline_repeat},
-    {"timeline_collect", l_timeline_collect},
+    {"timeline_collect", l_timeline_collect}, {"capture", l_capture},
+    {"capture_end", l_capture_end}, {"capture_repeat", l_capture_repeat},
     {NULL, NULL}};
 
 static const luaL_Reg meta[] = {{"__gc", l_gc},

@@ -52,6 +52,13 @@ typedef struct {
 
 #define VR_MAX_BULKS 8
 
+/* A captured alloc (temp false) or temp (vr_tape_capture_begin). */
+typedef struct {
+  int64_t bytes;
+  int32_t label;
+  int8_t cat, temp, param;
+} cap_op;
+
 typedef struct {
   int64_t temp;
   int32_t label;
@@ -96,7 +103,16 @@ struct vr_tape {
   bool timeline;      /* recording the timeline (vr_tape_timeline) */
   bool recompute;     /* backward is recomputing a checkpointed segment */
   VEC(vr_tl_event) tl;
+  /* a capture (vr_tape_capture_begin): its allocs and temps, whether it is
+   * open, whether another call spoiled it, whether it ended ready to repeat,
+   * the first tensor it created and the tensor count a repeat starts from */
+  VEC(cap_op) cap;
+  bool capturing, cap_bad, cap_ready;
+  size_t cap_first, cap_next;
 };
+
+/* Any call but alloc and temp spoils an open capture. */
+static inline void spoil(vr_tape *t) { t->cap_bad = true; }
 
 /* Room for `need` items in vec (checked: never wraps). */
 #define GROW(t, vec, need) \
@@ -164,6 +180,7 @@ void vr_tape_free(vr_tape *t) {
   VEC_FREE(t, t->edges);
   VEC_FREE(t, t->events);
   VEC_FREE(t, t->tl);
+  VEC_FREE(t, t->cap);
   for (size_t i = 0; i < t->strings.n; i++)
     vr_mem_free(&t->mem, t->strings.v[i], strlen(t->strings.v[i]) + 1);
   VEC_FREE(t, t->strings);
@@ -178,7 +195,9 @@ void vr_tape_reset(vr_tape *t) {
   vr_trace_free(t->trace);
   t->trace = NULL;
   t->marks = 0;
-  t->tensors.n = t->nodes.n = t->ids.n = t->edges.n = t->events.n = t->tl.n = 0;
+  t->tensors.n = t->nodes.n = t->ids.n = t->edges.n = t->events.n = t->tl.n = t->cap.n = 0;
+  t->capturing = t->cap_bad = t->cap_ready = false;
+  t->cap_first = t->cap_next = 0;
   t->timeline = t->recompute = false;
   memset(&t->st, 0, sizeof t->st);
   memset(t->phase_peak.v, 0, t->phase_peak.cap * sizeof *t->phase_peak.v);
@@ -247,6 +266,7 @@ vr_status vr_tape_phase(vr_tape *t, const char *name) {
   int k = -1;
   vr_status st = vr_tape_intern(t, name, &k);
   if (st) return st;
+  spoil(t);
   t->phase = k;
   if (t->trace && !vr_trace_push(t->trace, (vr_op){VR_OP_PHASE, 0, k, 0, 0, 0, 0, {0}}))
     return VR_ENOMEM;
@@ -254,6 +274,7 @@ vr_status vr_tape_phase(vr_tape *t, const char *name) {
 }
 
 vr_status vr_tape_trace(vr_tape *t, int64_t batch, int64_t seq) {
+  spoil(t);
   vr_trace_free(t->trace);
   t->trace = vr_trace_new(&t->mem);
   if (!t->trace) return VR_ENOMEM;
@@ -272,6 +293,7 @@ vr_trace *vr_tape_take_trace(vr_tape *t) {
 }
 
 vr_status vr_tape_mark(vr_tape *t, int64_t *live) {
+  spoil(t);
   *live = t->st.live;
   if (t->trace &&
       !vr_trace_push(t->trace, (vr_op){VR_OP_MARK, 0, -1, t->marks, 0, 0, 0, {0}}))
@@ -281,6 +303,7 @@ vr_status vr_tape_mark(vr_tape *t, int64_t *live) {
 }
 
 void vr_tape_rounding(vr_tape *t, int64_t small_round, int64_t small_max, int64_t large_round) {
+  spoil(t);
   t->small_round = small_round > 0 ? small_round : 0;
   t->small_max = small_max > 0 ? small_max : 0;
   t->large_round = large_round > 0 ? large_round : 0;
@@ -367,11 +390,17 @@ static vr_status record(vr_tape *t, event e) {
   return VR_OK;
 }
 
+/* Room for one more captured op, when a capture is open. */
+static bool cap_room(vr_tape *t) { return !t->capturing || GROW(t, t->cap, t->cap.n + 1); }
+
 vr_status vr_tape_alloc(vr_tape *t, int64_t bytes, int cat, int label, bool param,
                         int64_t *id) {
+  if (!cap_room(t)) return VR_ENOMEM;
   vr_status st = new_tensor(t, bytes, cat, label, param, id);
   if (st == VR_OK && t->recording)
     st = record(t, (event){bytes, *id, EV_ALLOC, label, cat, param});
+  if (st == VR_OK && t->capturing)
+    t->cap.v[t->cap.n++] = (cap_op){bytes, label, (int8_t)cat, 0, (int8_t)param};
   return st;
 }
 
@@ -383,6 +412,7 @@ static vr_status py_release(vr_tape *t, int64_t id) {
 }
 
 vr_status vr_tape_drop(vr_tape *t, int64_t id) {
+  spoil(t);
   if (!valid(t, id) || t->tensors.v[id].bulk) return VR_EBADID;
   if (t->tensors.v[id].py <= 0) return VR_EREFS;
   if (t->recording) {
@@ -393,12 +423,14 @@ vr_status vr_tape_drop(vr_tape *t, int64_t id) {
 }
 
 vr_status vr_tape_replay_drop(vr_tape *t, int64_t id) {
+  spoil(t);
   if (!valid(t, id) || t->tensors.v[id].bulk) return VR_EBADID;
   if (!t->recording) return VR_ENOTRECORD;
   return record(t, (event){id, 0, EV_DROP, -1, 0, 0});
 }
 
 vr_status vr_tape_retain(vr_tape *t, int64_t id) {
+  spoil(t);
   if (!valid(t, id) || t->tensors.v[id].bulk) return VR_EBADID;
   if (t->recording) {
     vr_status st = record(t, (event){id, 0, EV_RETAIN, -1, 0, 0});
@@ -412,10 +444,61 @@ vr_status vr_tape_retain(vr_tape *t, int64_t id) {
 vr_status vr_tape_temp(vr_tape *t, int64_t bytes, int cat, int label) {
   if (bytes < 0) return VR_EBYTES;
   if (cat < 0 || cat >= VR_NCAT) return VR_ECAT;
+  if (!cap_room(t)) return VR_ENOMEM;
   vr_status st = account(t, bytes, cat, label);
   if (st) return st;
   st = account(t, -bytes, cat, label);
   if (st == VR_OK && t->recording) st = record(t, (event){bytes, 0, EV_TEMP, label, cat, 0});
+  if (st == VR_OK && t->capturing)
+    t->cap.v[t->cap.n++] = (cap_op){bytes, label, (int8_t)cat, 1, 0};
+  return st;
+}
+
+vr_status vr_tape_capture_begin(vr_tape *t) {
+  if (t->recording || t->capturing) return VR_ENESTED;
+  t->capturing = true;
+  t->cap_bad = false;
+  t->cap.n = 0;
+  t->cap_first = t->tensors.n;
+  t->cap_ready = false;
+  return VR_OK;
+}
+
+vr_status vr_tape_capture_end(vr_tape *t, int64_t *stride) {
+  if (!t->capturing) return VR_ENOTRECORD;
+  t->capturing = false;
+  size_t allocs = 0;
+  for (size_t i = 0; i < t->cap.n; i++) allocs += !t->cap.v[i].temp;
+  /* every tensor of the span came from a captured alloc, in order */
+  if (t->cap_bad || allocs != t->tensors.n - t->cap_first) {
+    *stride = -1;
+    t->cap.n = 0;
+    return VR_OK;
+  }
+  *stride = (int64_t)allocs;
+  t->cap_next = t->tensors.n;
+  t->cap_ready = true;
+  return VR_OK;
+}
+
+vr_status vr_tape_capture_repeat(vr_tape *t, int64_t times) {
+  /* right after its capture: the copies' ids follow the captured ones */
+  if (t->capturing || !t->cap_ready || t->cap_next != t->tensors.n) return VR_ECOMPOSE;
+  if (times < 0) return VR_EBYTES;
+  vr_status st = VR_OK;
+  for (int64_t k = 0; k < times && st == VR_OK; k++)
+    for (size_t i = 0; i < t->cap.n && st == VR_OK; i++) {
+      cap_op op = t->cap.v[i];
+      if (op.temp) {
+        st = account(t, op.bytes, op.cat, op.label);
+        if (st == VR_OK) st = account(t, -op.bytes, op.cat, op.label);
+      } else {
+        int64_t id = 0;
+        st = new_tensor(t, op.bytes, op.cat, op.label, op.param, &id);
+      }
+    }
+  t->cap_ready = false; /* one repeat per capture */
+  t->cap.n = 0;
   return st;
 }
 
@@ -460,6 +543,7 @@ static vr_status push_node(vr_tape *t, const int64_t *saved, int nsaved, const v
 vr_status vr_tape_node(vr_tape *t, const int64_t *saved, int nsaved, const vr_edge *in,
                        int nin, const int64_t *out, int nout, int64_t temp, int label) {
   if (temp < 0) return VR_EBYTES;
+  spoil(t);
   if (!t->recording)
     return push_node(t, saved, nsaved, in, nin, out, nout, temp, label, true);
   vr_status chk = check_node(t, saved, nsaved, in, nin, out, nout);
@@ -482,6 +566,7 @@ vr_status vr_tape_bulk(vr_tape *t, int64_t per_iter, int64_t per_iter_reserved, 
   vr_edge *copy = NULL;
   vr_status st = VR_OK;
   int slot = 0; /* a finished bulk's slot is reused */
+  spoil(t);
   if (t->recording) return VR_ENESTED;
   if (per_iter < 0 || iters < 0 || nper < 0) return VR_EBYTES;
   if (iters == 0) nper = 0; /* no layers: no edges to read, whatever nper says */
@@ -527,12 +612,14 @@ out:
 }
 
 vr_status vr_tape_bulk_end(vr_tape *t, int index) {
+  spoil(t);
   if (index < 0 || index >= t->nbulks) return VR_EBADID;
   t->bulks[index].watch_hi = t->nodes.n;
   return VR_OK;
 }
 
 vr_status vr_tape_ckpt_begin(vr_tape *t) {
+  spoil(t);
   if (t->recording) return VR_ENESTED;
   t->recording = true;
   t->rec_ev_lo = t->events.n;
@@ -542,6 +629,7 @@ vr_status vr_tape_ckpt_begin(vr_tape *t) {
 
 vr_status vr_tape_ckpt_end(vr_tape *t, const int64_t *inputs, int nin, const int64_t *out,
                            int nout, int label) {
+  spoil(t);
   if (!t->recording) return VR_ENOTRECORD;
   t->recording = false;
   vr_status st = push_node(t, inputs, nin, NULL, 0, out, nout, 0, label, true);
@@ -814,6 +902,7 @@ static vr_status run_node(vr_tape *t) {
 
 vr_status vr_tape_backward(vr_tape *t, int64_t root) {
   vr_status st = VR_OK;
+  spoil(t);
   if (t->recording) return VR_ENESTED;
   if (root >= 0) {
     if (!valid(t, root)) return VR_EBADID;
@@ -830,16 +919,21 @@ vr_status vr_tape_backward(vr_tape *t, int64_t root) {
 
 vr_status vr_tape_zero_grad(vr_tape *t) {
   vr_status st = VR_OK;
+  spoil(t);
   for (size_t i = 0; i < t->tensors.n && st == VR_OK; i++)
     if (t->tensors.v[i].param) st = free_grad(t, (int64_t)i);
   return st;
 }
 
-void vr_tape_timeline(vr_tape *t, bool on) { t->timeline = on; }
+void vr_tape_timeline(vr_tape *t, bool on) {
+  spoil(t);
+  t->timeline = on;
+}
 
 size_t vr_tape_timeline_len(const vr_tape *t) { return t->tl.n; }
 
 vr_status vr_tape_timeline_repeat(vr_tape *t, size_t from, size_t to, int64_t times) {
+  spoil(t);
   if (from > to || to > t->tl.n || times < 0) return VR_EBADID;
   size_t span = to - from, need = 0;
   if (span == 0 || times == 0) return VR_OK;

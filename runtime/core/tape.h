@@ -111,6 +111,18 @@ vr_status vr_tape_bulk(vr_tape *t, int64_t per_iter, int64_t per_iter_reserved, 
                        const vr_edge *edges, int nper, int label, int *bulk);
 vr_status vr_tape_bulk_end(vr_tape *t, int bulk);
 
+/* Identical layers' parameters built once and repeated (stdlib/sim.lua
+ * Sim:build_layers). Between capture_begin and capture_end the tape keeps
+ * every alloc and temp as it happens; any other call (drop, node, phase,
+ * backward, ...) spoils the capture. capture_end gives the number of
+ * tensors the captured span created (its id stride), or -1 when it was
+ * spoiled; capture_repeat then performs the same allocs and temps `times`
+ * more times, in order, through the same accounting (peaks, timeline,
+ * trace): exactly what building those layers one by one would have done. */
+vr_status vr_tape_capture_begin(vr_tape *t);
+vr_status vr_tape_capture_end(vr_tape *t, int64_t *stride);
+vr_status vr_tape_capture_repeat(vr_tape *t, int64_t times);
+
 /* Compiled estimates (trace.h): from now on the tape records its
  * accounting as a program; the probe's (batch, seq) is stored with it. */
 struct vr_trace;

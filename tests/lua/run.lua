@@ -61,6 +61,7 @@ local MODULES = {
   "test_frameworks",
   "test_answer",
   "test_fastpath",
+  "test_compose",
   "test_xla",
 }
 

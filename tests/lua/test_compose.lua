@@ -1,0 +1,178 @@
+-- Identical layers' parameter bookkeeping composed (stdlib/sim.lua
+-- Sim:build_layers: layer 3 built once, the tape repeating its allocations
+-- for layers 4 .. n-1; their parameters one group in S.params, read in one
+-- go by the optimizer, the load, the counts and stdlib/compose.lua) gives
+-- the answer of every layer built one by one (run.group_layers = false),
+-- to the byte, and the same timeline, event for event.
+local vram = require("vram")
+local spec = require("stdlib.spec")
+local step = require("stdlib.step")
+local par = require("stdlib.parallel")
+local registry = require("models.registry")
+
+local where = vram.share_dir .. "/tests/lua/spec.yaml"
+
+local function run_of(preset, over, fields, parallel)
+  local r = { batch = 2, seq = 16, precision = { params = "bf16" }, framework = "pytorch",
+    mode = "train" }
+  for k, v in pairs(fields) do r[k] = v end
+  return spec.normalize({ model = { preset = preset, overrides = over }, run = r,
+    parallel = parallel }, where, registry)
+end
+
+-- Everything an estimate reports from the tape.
+local function answer(st)
+  return { peak = st.peak, peak_reserved = st.peak_reserved, peak_phase = st.peak_phase,
+    peak_op = st.peak_op, at_peak = st.at_peak, phase_peaks = st.phase_peaks,
+    live = st.live_by_category, phase_end = st.phase_end, params = st.param_count,
+    trainable = st.trainable_count, paged = st.paged_state_bytes,
+    xla = st.xla, timeline = st.timeline }
+end
+
+-- Runs the run with a timeline, keeping every simulator it makes: the
+-- answer, and each tape's events written out one line each.
+local function simulate(run, grouped)
+  run.group_layers = grouped
+  run.timeline = true
+  local sims, new_sim = {}, step.new_sim
+  step.new_sim = function(r)
+    local S = new_sim(r)
+    sims[#sims + 1] = S
+    return S
+  end
+  local ok, st = pcall(function()
+    if run.parallel then return (par.budget(run)) end
+    return answer(step.run(run))
+  end)
+  step.new_sim = new_sim
+  if not ok then error(st, 0) end
+  local events, groups = {}, 0
+  for k, S in ipairs(sims) do
+    local lines = {}
+    for i = 1, S.tape:timeline_len() do
+      local delta, cat, phase, rec, op = S.tape:timeline_event(i)
+      lines[i] = ("%d %s %s %s %s"):format(delta, cat, phase, tostring(rec), tostring(op))
+    end
+    events[k] = lines
+    for _, p in ipairs(S.params) do if p.group then groups = groups + 1 end end
+  end
+  return st, events, groups
+end
+
+-- The first line where two event lists differ, or nil.
+local function first_difference(a, b)
+  for i = 1, math.max(#a, #b) do
+    if a[i] ~= b[i] then return ("event %d: %s vs %s"):format(i, a[i], b[i]) end
+  end
+end
+
+local function same(preset, over, fields, what, parallel)
+  local run = run_of(preset, over, fields, parallel)
+  local full, full_events, none = simulate(run, false)
+  local fast, fast_events, groups = simulate(run, nil)
+  T.eq(none, 0, what .. ": every layer built")
+  T.ok(groups > 0, what .. ": layers built as a group")
+  T.eq(fast, full, what)
+  T.eq(#fast_events, #full_events, what .. ": simulators")
+  for k = 1, #full_events do
+    T.ok(#full_events[k] > 0, what .. ": events kept")
+    T.eq(#fast_events[k], #full_events[k], what .. ": events")
+    T.eq(first_difference(fast_events[k], full_events[k]), nil, what .. ": timeline")
+  end
+  return full
+end
+
+local tests = {}
+
+local QWEN = { num_hidden_layers = 6 }
+
+function tests.a_dense_decoder_full_fine_tune_under_every_optimizer()
+  for _, opt in ipairs({ { name = "adamw", foreach = false }, { name = "adamw", foreach = true },
+    { name = "adamw", foreach = "torch2" }, { name = "adam", weight_decay = 0.1 },
+    { name = "adam", weight_decay = 0.1, foreach = "torch2" }, { name = "sgd_momentum",
+      weight_decay = 0.01 }, { name = "adafactor" }, { name = "lion" },
+    { name = "adam8bit", paged = true }, { name = "adamw", paged = true },
+    { name = "adamw", state_dtype = "fp32" } }) do
+    local st = same("qwen2_5_1_5b_instruct", QWEN, { optimizer = opt },
+      ("full fine-tune, %s foreach %s"):format(opt.name, tostring(opt.foreach)))
+    T.ok(st.phase_peaks.optimizer > 0, opt.name .. ": the optimizer step ran")
+  end
+  -- the exact count of the checkpoint (models/qwen2_5 preset), group or not
+  local st = same("qwen2_5_1_5b_instruct", nil, { batch = 1, seq = 8 }, "28 layers")
+  T.eq(st.params, 1543714304, "Qwen2.5-1.5B-Instruct parameters")
+end
+
+function tests.micro_batches_checkpointing_and_the_load()
+  for k, f in ipairs({ { grad_accum = 3 }, { grad_checkpointing = "full" },
+    { grad_checkpointing = 2 }, { checkpoint_segment = 2, grad_checkpointing = "full" },
+    { load = { from = "fp32", cast = "device" } }, { load = { from = "fp32", cast = "tensor" } },
+    { precision = { params = "fp32", compute = "bf16" } }, { framework = "pytorch-cpu",
+      precision = { params = "fp32" } }, { framework = "jax" }, { undisposed_steps = 3,
+      framework = "torchsharp" } }) do
+    same("qwen2_5_1_5b_instruct", QWEN, f, "variant " .. k)
+  end
+end
+
+function tests.lora_dora_and_modules_to_save()
+  for k, lo in ipairs({ { rank = 4 }, { rank = 8, dora = true, dropout = 0.1 },
+    { rank = 4, targets = "all-linear" }, { rank = 4, modules_to_save = { "lm_head", "q_proj" } } }) do
+    same("llama_3_8b", QWEN, { lora = lo }, "lora " .. k)
+  end
+end
+
+function tests.qlora()
+  for _, w in ipairs({ "nf4", "nf4_dq" }) do
+    same("llama_3_8b", QWEN, { precision = { params = "bf16", weights = w }, lora = { rank = 16 } },
+      "qlora " .. w)
+  end
+end
+
+function tests.moe()
+  same("qwen3_30b_a3b", QWEN, { seq = 8 }, "qwen3 moe")
+  same("qwen3_30b_a3b", QWEN, { seq = 8, moe = { impl = "grouped" }, lora = { rank = 4 } },
+    "qwen3 moe grouped lora")
+end
+
+function tests.a_vlm_trained_and_generating()
+  local img = { count = 1, width = 256, height = 192 }
+  same("qwen3_vl_4b_instruct", QWEN, { seq = 12, images = img }, "qwen3-vl train")
+  same("qwen3_vl_4b_instruct", QWEN, { seq = 12, images = img, freeze = { "vision" },
+    lora = { rank = 4 } }, "qwen3-vl lora, frozen tower")
+  same("qwen3_vl_4b_instruct", QWEN, { seq = 12, images = img, mode = "generate",
+    generate_tokens = 3 }, "qwen3-vl generate")
+  same("qwen3_vl_4b_instruct", QWEN, { seq = 12, images = img, mode = "inference" },
+    "qwen3-vl inference")
+end
+
+function tests.parallel_layouts()
+  same("qwen2_5_1_5b_instruct", QWEN, {}, "zero-3", { dp = 4, zero = 3 })
+  same("qwen2_5_1_5b_instruct", QWEN, {}, "fsdp", { dp = 4, fsdp = "full_shard" })
+  same("qwen2_5_1_5b_instruct", { num_hidden_layers = 12 }, {}, "tp2 pp2",
+    { tp = 2, pp = 2, dp = 2 })
+end
+
+function tests.rl_with_a_reference_model()
+  same("qwen2_5_1_5b_instruct", QWEN, { mode = "ppo", batch = 3, seq = 8, attention = "eager",
+    rl = { new_tokens = 3, minibatch = 1, reference = true, value = true } }, "ppo")
+end
+
+-- A capture spoiled by anything but allocs and temps is not repeated: the
+-- layers are then built one by one.
+function tests.a_spoiled_capture_is_not_repeated()
+  local tape = vram.tape()
+  local a = tape:alloc(512, "weights")
+  tape:capture()
+  tape:param(1024, "weights", "w")
+  tape:temp(64, "temporaries", "t")
+  T.eq(tape:capture_end(), 1, "one tensor per copy")
+  tape:capture_repeat(3)
+  T.eq(tape:live(), 512 + 4 * 1024, "three more copies")
+  T.eq(tape:bytes(a + 4), 1024, "the last copy's id")
+  tape:capture()
+  tape:param(8, "weights")
+  tape:drop(a)
+  T.eq(tape:capture_end(), nil, "a drop spoils it")
+  T.raises(function() tape:capture_repeat(1) end, "composed layers", "nothing to repeat")
+end
+
+return tests
