@@ -21,9 +21,61 @@
 
 #define RULE_KEY "vramlua.read_rule" /* registry: {trees = {dir...}, files = {path = true}} */
 
+/* realpath of a directory, remembered: every module a process requires
+ * sits in one of a few directories, and realpath asks the kernel about each
+ * component of a path (~7 readlink calls a module, issue 18). A process
+ * resolves a directory once; one lstat tells whether the file itself is a
+ * link, which the full realpath then follows. */
+#define DIR_CACHE 8
+static struct {
+  char *given, *real;
+} dir_cache[DIR_CACHE];
+
+static const char *real_dir(const char *dir) {
+  int i = 0;
+  for (; i < DIR_CACHE && dir_cache[i].given; i++)
+    if (strcmp(dir_cache[i].given, dir) == 0) return dir_cache[i].real;
+  char res[PATH_MAX];
+  if (i == DIR_CACHE || !realpath(dir, res)) return NULL;
+  char *g = strdup(dir), *r = strdup(res);
+  if (!g || !r) {
+    free(g);
+    free(r);
+    return NULL;
+  }
+  dir_cache[i].given = g;
+  dir_cache[i].real = r;
+  return r;
+}
+
+/* realpath(path, out) for an existing file that is not itself a link,
+ * through real_dir; 0 when it does not apply (the caller then asks
+ * realpath). */
+static int resolve_cached(const char *path, char *out) {
+  const char *slash = strrchr(path, '/');
+  size_t dl = slash ? (size_t)(slash - path) : 0;
+  if (!slash || dl == 0 || dl >= PATH_MAX) return 0;
+  const char *base = slash + 1;
+  if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) return 0;
+  struct stat st;
+  if (lstat(path, &st) != 0 || S_ISLNK(st.st_mode)) return 0;
+  char dir[PATH_MAX];
+  memcpy(dir, path, dl);
+  dir[dl] = '\0';
+  const char *real = real_dir(dir);
+  if (!real) return 0;
+  size_t rl = strcmp(real, "/") == 0 ? 0 : strlen(real), bl = strlen(base);
+  if (rl + 1 + bl + 1 > PATH_MAX) return 0;
+  memcpy(out, real, rl);
+  out[rl] = '/';
+  memcpy(out + rl + 1, base, bl + 1);
+  return 1;
+}
+
 /* Resolves path into out (PATH_MAX bytes). A name that does not exist yet is
  * resolved through its parent directory. Returns 0, or an errno value. */
 static int resolve(const char *path, char *out) {
+  if (resolve_cached(path, out)) return 0;
   if (realpath(path, out)) return 0;
   int e = errno;
   if (e != ENOENT && e != ENOTDIR) return e;
@@ -74,7 +126,7 @@ int vb_files_restricted(lua_State *L) {
 
 static int allow(lua_State *L, const char *path, const char *field, int tree) {
   char res[PATH_MAX];
-  if (!realpath(path, res)) return 0;
+  if (!resolve_cached(path, res) && !realpath(path, res)) return 0;
   if (lua_getfield(L, LUA_REGISTRYINDEX, RULE_KEY) != LUA_TTABLE) {
     lua_pop(L, 1);
     return 0;
@@ -303,20 +355,16 @@ static int load_builtin(lua_State *L, const vb_builtin_chunk *c, const char *nam
   return lua_load(L, read_builtin, &r, name, "b");
 }
 
-void vb_load_lua_file(lua_State *L, const char *path) {
-  vb_read_file(L, path);
-  size_t n = 0;
-  const char *s = lua_tolstring(L, -1, &n);
+/* Pushes the function compiled from the n bytes s of path (precompiled when
+ * they are a built-in file's), or an error message; returns the status. The
+ * chunk name "@path" is on top of the stack and stays. Never raises. */
+static int load_source(lua_State *L, const char *s, size_t n) {
   chunk_reader r = {s, n, 1};
   const vb_builtin_chunk *c = find_builtin(s, n);
   if (c) { /* the very text a built-in chunk was compiled from */
-    lua_pushfstring(L, "@%s", path);
     int st = load_builtin(L, c, lua_tostring(L, -1));
-    lua_remove(L, -2); /* the chunk name */
-    lua_remove(L, -2); /* the text */
-    if (st != LUA_OK) lua_error(L);
-    nprecompiled++;
-    return;
+    if (st == LUA_OK) nprecompiled++;
+    return st;
   }
   ntext++;
   if (n >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) {
@@ -329,9 +377,55 @@ void vb_load_lua_file(lua_State *L, const char *path) {
     r.s = nl ? nl + 1 : r.s;
     r.sent_newline = 0;
   }
+  return lua_load(L, read_chunk, &r, lua_tostring(L, -1), "t");
+}
+
+/* A regular file's bytes in one block of the state's allocator (the memory
+ * budget counts it; *cap is its size), read with one read() of the size
+ * fstat gives. Reading each module through a growing Lua buffer cost ~10
+ * page faults a file (issue 18). NULL for anything else -- not a regular
+ * file, larger than 64 MiB, changed while read -- which the caller then
+ * reads the general way (vb_read_file), whose errors say why. */
+static char *slurp(lua_State *L, const char *path, size_t *n, size_t *cap) {
+  const char *why = NULL;
+  int fd = vb_open_regular(path, &why);
+  if (fd < 0) return NULL;
+  struct stat st;
+  char *s = NULL;
+  if (fstat(fd, &st) == 0 && st.st_size >= 0 && st.st_size < ((off_t)64 << 20)) {
+    size_t size = (size_t)st.st_size, got = 0;
+    void *ud = NULL;
+    lua_Alloc alloc = lua_getallocf(L, &ud);
+    *cap = size + 1; /* one byte more: a file that grew is not read short */
+    s = (char *)alloc(ud, NULL, 0, *cap);
+    ssize_t k = 1;
+    while (s && got < *cap && (k = read(fd, s + got, *cap - got)) > 0) got += (size_t)k;
+    if (s && (k < 0 || got != size)) {
+      alloc(ud, s, *cap, 0);
+      s = NULL;
+    }
+    *n = size;
+  }
+  close(fd);
+  return s;
+}
+
+void vb_load_lua_file(lua_State *L, const char *path) {
   lua_pushfstring(L, "@%s", path);
-  int st = lua_load(L, read_chunk, &r, lua_tostring(L, -1), "t");
+  size_t n = 0, cap = 0;
+  char *s = slurp(L, path, &n, &cap);
+  int st;
+  if (s) {
+    st = load_source(L, s, n);
+    void *ud = NULL;
+    lua_getallocf(L, &ud)(ud, s, cap, 0);
+  } else {
+    vb_read_file(L, path); /* raises what is wrong with the file */
+    const char *text = lua_tolstring(L, -1, &n);
+    lua_insert(L, -2); /* the text below the chunk name, kept while loading */
+    st = load_source(L, text, n);
+    lua_remove(L, -3); /* the text */
+  }
   lua_remove(L, -2); /* the chunk name */
-  lua_remove(L, -2); /* the text */
   if (st != LUA_OK) lua_error(L);
 }

@@ -273,6 +273,21 @@ static int pmain(lua_State *L) {
   return 0;
 }
 
+/* The process ends right after its one state: freeing every object of it
+ * one by one (lua_close) cost ~0.25 ms of a 5 ms estimate, and exit() flushes
+ * what stdio holds. The state stays reachable from here, so leak checkers
+ * see no leak; sanitizer builds (VRAMLUA_CLOSE_STATE) do close it, so that
+ * ASan's leak check still proves every C allocation is freed. */
+static lua_State *kept_state;
+
+static void close_state(lua_State *L) {
+#ifdef VRAMLUA_CLOSE_STATE
+  lua_close(L);
+#else
+  kept_state = L;
+#endif
+}
+
 static int run_script(const char *path, int argc, char **argv, int script_at,
                       vh_limits *lim) {
   vh_dirname(path, lim->script_dir, sizeof lim->script_dir);
@@ -289,7 +304,7 @@ static int run_script(const char *path, int argc, char **argv, int script_at,
   int st = lua_pcall(L, 1, 0, 1);
   int code = report(L, st, lim);
   vh_sandbox_release(L);
-  lua_close(L);
+  close_state(L);
   if (show_stats) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);

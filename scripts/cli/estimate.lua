@@ -42,8 +42,9 @@ local fmt = (a.json and "json") or (a.markdown and "markdown") or (a.csv and "cs
 if not path then errors.usage("estimate needs a SPEC file") end
 if gpu then require("stdlib.gpus").get(gpu, nil, "--gpu") end
 if a.observed_kind and not a.observed then errors.usage("--observed-kind needs --observed SIZE") end
-local observed = require("stdlib.observed")
-local seen = a.observed and observed.parse_size(a.observed)
+-- only --observed needs the reconciliation (not loaded otherwise)
+local observed = a.observed and require("stdlib.observed")
+local seen = observed and observed.parse_size(a.observed)
 
 -- another tool's config is translated (stdlib/formats.lua); a run spec is
 -- read as it stands
