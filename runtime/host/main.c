@@ -278,15 +278,12 @@ static int pmain(lua_State *L) {
  * what stdio holds. The state stays reachable from here, so leak checkers
  * see no leak; sanitizer builds (VRAMLUA_CLOSE_STATE) do close it, so that
  * ASan's leak check still proves every C allocation is freed. */
-static lua_State *kept_state;
-
-static void close_state(lua_State *L) {
 #ifdef VRAMLUA_CLOSE_STATE
-  lua_close(L);
+static void close_state(lua_State *L) { lua_close(L); }
 #else
-  kept_state = L;
+static lua_State *kept_state;
+static void close_state(lua_State *L) { kept_state = L; }
 #endif
-}
 
 static int run_script(const char *path, int argc, char **argv, int script_at,
                       vh_limits *lim) {
