@@ -54,26 +54,26 @@ end
 local by_id = function(a, b) return a.id < b.id end
 
 -- The {param, bytes} gradient edges of layers 3 .. n-1, layer by layer,
--- and their count per layer. Layers built as one group (Sim:build_layers)
--- are read off the group: layer 3's parameters, copy j's ids j * stride on.
+-- their count per layer, and for layers built as one group
+-- (Sim:build_layers) the id stride from one layer to the next: then the
+-- edges are layer 3's alone (the tape adds the stride for the others),
+-- read off layer 1's table.
 local function middle_edges(layers, n)
   local edges, nper = {}, nil
   local mt = getmetatable(layers)
   local G = mt and mt.group
-  local ps = G and G.count == n - 3 and params(rawget(layers, 3), {})
+  local ps = G and G.count == n and params(rawget(layers, 1), {})
   for _, p in ipairs(ps or {}) do
     if not G.index[p] then ps = nil; break end -- a parameter from outside the layer
   end
   if ps then
     table.sort(ps, by_id)
-    for j = 0, G.count - 1 do
-      local off = j * G.stride
-      for _, p in ipairs(ps) do
-        edges[#edges + 1] = p.id + off
-        edges[#edges + 1] = p.b
-      end
+    local off = 2 * G.stride -- layer 3: copy 2
+    for _, p in ipairs(ps) do
+      edges[#edges + 1] = p.id + off
+      edges[#edges + 1] = p.b
     end
-    return edges, #ps
+    return edges, #ps, G.stride
   end
   for i = 3, n - 1 do
     -- in creation order: pairs() order changes from one process to the next
@@ -97,8 +97,8 @@ function M.layers(S, layers, n, one, x, label)
   local before, rbefore = tape:mark()
   x = one(2, x)
   local after, rafter = tape:mark()
-  local edges, nper = middle_edges(layers, n)
-  local bulk = tape:bulk(after - before, rafter - rbefore, n - 3, edges, nper or 0, label)
+  local edges, nper, stride = middle_edges(layers, n)
+  local bulk = tape:bulk(after - before, rafter - rbefore, n - 3, edges, nper or 0, label, stride)
   x = one(n, x)
   tape:bulk_end(bulk)
   return x

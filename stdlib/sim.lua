@@ -244,55 +244,53 @@ end
 
 -- Layers 1 .. n of a stack, build(i) making layer i's parameters and
 -- returning its table. uniform: every layer builds the same parameters.
--- Then layers 1, 2 and n are built in full and layer 3 once while the tape
--- captures it; the tape repeats it for layers 4 .. n-1 (the same
--- allocations, load transients, peaks and timeline events, in C), whose
--- parameters join layer 3's in one group (S.params, S.load_params and the
--- adapters waiting for the setup) and whose tables are made only when
--- read (layers[i]); stdlib/compose.lua takes the group's gradients from
--- it. tests/lua/test_compose.lua compares with run.compose = false.
+-- Then layer 1 is built once while the tape captures it, and the tape
+-- repeats it for layers 2 .. n (the same allocations, load transients,
+-- peaks and timeline events, in C). Their parameters are one group (in
+-- S.params, S.load_params and the adapters waiting for the setup), layer
+-- i being copy i - 1, and the tables of layers 2 .. n are made only when
+-- read (layers[i]); stdlib/compose.lua takes its gradients from the group.
+-- tests/lua/test_compose.lua compares with every layer built.
 function Sim:build_layers(n, build, uniform)
   local ls = {}
-  if not (uniform and self.group_layers and n >= 5 and not self.capturing) then
+  if not (uniform and self.group_layers and n >= 2 and not self.capturing) then
     for i = 1, n do ls[i] = build(i) end
     return ls
   end
-  ls[1], ls[2] = build(1), build(2)
   local np, nl = #self.params, self.load_params and #self.load_params
   local na = self.adapters_later and #self.adapters_later or 0
   local tape = self.tape
   self.capturing = true
   tape:capture()
-  local template = build(3)
-  ls[3] = template
+  local template = build(1)
+  ls[1] = template
   local stride = tape:capture_end()
   self.capturing = false
   if not stride then
-    for i = 4, n do ls[i] = build(i) end
+    for i = 2, n do ls[i] = build(i) end
     return ls
   end
-  tape:capture_repeat(n - 4)
-  local G = fold(self.params, np, { group = true, count = n - 3, stride = stride,
+  tape:capture_repeat(n - 1)
+  local G = fold(self.params, np, { group = true, count = n, stride = stride,
     copies = {}, index = {} })
   for _, p in ipairs(G.params) do G.index[p] = true end
-  fold(self.load_params, nl, { group = true, count = n - 3, stride = stride,
+  fold(self.load_params, nl, { group = true, count = n, stride = stride,
     copies = G.copies, index = G.index })
   if self.adapters_later and #self.adapters_later > na then
-    local A = fold(self.adapters_later, na, { group = true, count = n - 3 })
+    local A = fold(self.adapters_later, na, { group = true, count = n })
     A.list, A.params = A.params, nil
   end
-  ls[n] = build(n)
   local memo = {}
   holds(template, memo)
   setmetatable(ls, {
     __index = function(t, i)
-      if math.type(i) ~= "integer" or i < 4 or i >= n then return nil end
-      local l = clone(template, i - 3, G, memo)
+      if math.type(i) ~= "integer" or i < 2 or i > n then return nil end
+      local l = clone(template, i - 1, G, memo)
       rawset(t, i, l)
       return l
     end,
     __len = function() return n end,
-    group = G, -- layers 3 .. n-1 (stdlib/compose.lua)
+    group = G, -- layer i is copy i - 1 (stdlib/compose.lua)
   })
   return ls
 end
@@ -304,10 +302,7 @@ function Sim:view(x)
 end
 
 function Sim:drop(...)
-  for i = 1, select("#", ...) do
-    local x = select(i, ...)
-    if x then self.tape:drop(x.id) end
-  end
+  self.tape:drop_of(...) -- each x.id, nil and false skipped
 end
 
 function Sim:temp(b, label) self.tape:temp(b, "temporaries", label) end
@@ -318,19 +313,7 @@ function Sim:temp(b, label) self.tape:temp(b, "temporaries", label) end
 -- Nothing is recorded when no input requires grad or grad mode is off.
 function Sim:node(label, saved, edges, outs, temp)
   if not self.grad then return end
-  local flat, fs = {}, {}
-  for _, e in ipairs(edges) do
-    local x = e[1]
-    if x.rg then
-      flat[#flat + 1] = x.id
-      flat[#flat + 1] = e.alias and -e.alias or e[2] or x.b
-    end
-  end
-  if #flat == 0 then return end
-  for i, s in ipairs(saved) do fs[i] = s.id end
-  local os = {}
-  for i, o in ipairs(outs) do os[i] = o.id end
-  self.tape:node(fs, flat, os, temp or 0, label)
+  self.tape:node_of(saved, edges, outs, temp, label) -- only the edges whose tensor has rg
 end
 
 -- Whether any of the inputs requires grad (with grad mode on).
@@ -348,7 +331,14 @@ end
 -- allocates and frees, bwd = bytes the backward does } (a cast copy of a
 -- mixed-dtype operand, a kernel's scratch).
 function Sim:op(label, n, dt, ins, saved, edges, temps)
-  local out = self:new_tensor(n, dt, label, self:rg(table.unpack(ins)))
+  local rg = false
+  if self.grad then -- Sim:rg(table.unpack(ins)), without the unpacking
+    for i = 1, #ins do
+      local x = ins[i]
+      if x and x.rg then rg = true; break end
+    end
+  end
+  local out = self:new_tensor(n, dt, label, rg)
   local fwd = temps and temps.fwd
   if fwd and fwd > 0 then self:temp(fwd, label) end
   if out.rg then self:node(label, saved, edges, { out }, temps and temps.bwd) end

@@ -195,13 +195,138 @@ static int l_node(lua_State *L) {
   return st ? fail(L, "node", st) : 0;
 }
 
+/* Field k of the table at index idx as an integer id, or raises naming
+ * what (the list and its 1-based entry). Leaves the stack as it was. */
+static int64_t field_id(lua_State *L, int idx, const char *k, int arg, const char *what,
+                        lua_Integer i) {
+  int ok = 0;
+  if (lua_type(L, idx) != LUA_TTABLE)
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s[%I] is not a tensor", what, i));
+  lua_getfield(L, idx, k);
+  int64_t v = (int64_t)lua_tointegerx(L, -1, &ok);
+  if (!ok) luaL_argerror(L, arg, lua_pushfstring(L, "%s[%I].%s is not an integer", what, i, k));
+  lua_pop(L, 1);
+  return v;
+}
+
+/* The ids of a list of tensors (tables with an integer id), up to its
+ * first nil, as ipairs reads it. */
+static int read_tensor_ids(lua_State *L, int arg, int64_t *buf, const char *what) {
+  int n = 0;
+  luaL_checktype(L, arg, LUA_TTABLE);
+  for (lua_Integer i = 1;; i++) {
+    if (lua_geti(L, arg, i) == LUA_TNIL) {
+      lua_pop(L, 1);
+      return n;
+    }
+    if (n >= VR_MAX_EDGES)
+      luaL_argerror(L, arg, lua_pushfstring(L, "more than %d %s", VR_MAX_EDGES, what));
+    buf[n++] = field_id(L, lua_gettop(L), "id", arg, what, i);
+    lua_pop(L, 1);
+  }
+}
+
+/* t:node_of(saved, edges, outputs [, temp_bytes [, label]]): stdlib/sim.lua's
+ * Sim:node with the tensors themselves. saved and outputs: lists of tensors
+ * ({id = ...}); edges: a list of {tensor, bytes} or {tensor, alias = k},
+ * bytes defaulting to the tensor's b; only edges whose tensor has rg reach
+ * the node, and with none the node is not recorded. temp_bytes nil or false:
+ * none. Returns whether it was recorded. */
+static int l_node_of(lua_State *L) {
+  self(L);
+  int64_t saved[VR_MAX_EDGES], outs[VR_MAX_EDGES];
+  vr_edge edges[VR_MAX_EDGES];
+  int ne = 0;
+  luaL_checktype(L, 3, LUA_TTABLE);
+  for (lua_Integer i = 1;; i++) {
+    if (lua_geti(L, 3, i) == LUA_TNIL) {
+      lua_pop(L, 1);
+      break;
+    }
+    int e = lua_gettop(L);
+    if (lua_type(L, e) != LUA_TTABLE)
+      luaL_argerror(L, 3, lua_pushfstring(L, "gradient edges[%I] is not a table", i));
+    lua_geti(L, e, 1); /* the tensor */
+    int x = lua_gettop(L);
+    if (lua_type(L, x) != LUA_TTABLE)
+      luaL_argerror(L, 3, lua_pushfstring(L, "gradient edges[%I][1] is not a tensor", i));
+    lua_getfield(L, x, "rg");
+    bool rg = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (rg) {
+      if (ne >= VR_MAX_EDGES)
+        luaL_argerror(L, 3, lua_pushfstring(L, "more than %d gradient edges", VR_MAX_EDGES));
+      int64_t id = field_id(L, x, "id", 3, "gradient edges", i);
+      lua_getfield(L, e, "alias");
+      if (lua_toboolean(L, -1)) {
+        int ok = 0;
+        lua_Integer a = lua_tointegerx(L, -1, &ok);
+        if (!ok || a < 1 || a > VR_MAX_EDGES)
+          luaL_argerror(L, 3, lua_pushfstring(L, "edge %I: gradient alias names an output the "
+                                                 "node does not have", i));
+        edges[ne++] = (vr_edge){id, 0, (int)(a - 1)};
+      } else {
+        int64_t b = 0;
+        lua_geti(L, e, 2);
+        if (lua_toboolean(L, -1)) {
+          int ok = 0;
+          b = (int64_t)lua_tointegerx(L, -1, &ok);
+          if (!ok)
+            luaL_argerror(L, 3, lua_pushfstring(L, "gradient edges[%I][2] is not an integer", i));
+        } else {
+          b = field_id(L, x, "b", 3, "gradient edges", i);
+        }
+        lua_pop(L, 1);
+        if (b < 0) luaL_argerror(L, 3, lua_pushfstring(L, "edge %I: negative bytes", i));
+        edges[ne++] = (vr_edge){id, b, -1};
+      }
+      lua_pop(L, 1);
+    }
+    lua_pop(L, 2);
+  }
+  if (ne == 0) { /* no input requires grad: nothing recorded */
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  int ns = read_tensor_ids(L, 2, saved, "saved tensors");
+  int no = read_tensor_ids(L, 4, outs, "outputs");
+  int64_t temp = lua_toboolean(L, 5) ? vb_checkint(L, 5, 0, "temp bytes") : 0; /* temp or 0 */
+  const char *label = optname(L, 6);
+  vr_tape *t = check(L); /* after the lists: their metamethods may have closed it */
+  vr_status st = vr_tape_node(t, saved, ns, edges, ne, outs, no, temp, intern(L, t, label, "node"));
+  if (st) return fail(L, "node", st);
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* t:drop_of(x, ...): drop each tensor given ({id = ...}); nil and false are
+ * skipped (stdlib/sim.lua's Sim:drop) */
+static int l_drop_of(lua_State *L) {
+  self(L);
+  int64_t ids[VR_MAX_EDGES];
+  int n = 0, top = lua_gettop(L);
+  for (int i = 2; i <= top; i++) {
+    if (!lua_toboolean(L, i)) continue;
+    if (n >= VR_MAX_EDGES) return luaL_error(L, "tape:drop_of: more than %d tensors", VR_MAX_EDGES);
+    ids[n++] = field_id(L, i, "id", i, "tensor", i - 1);
+  }
+  vr_tape *t = check(L); /* after the fields: their metamethods may have closed it */
+  for (int i = 0; i < n; i++) {
+    vr_status st = vr_tape_drop(t, ids[i]);
+    if (st) return fail(L, "drop", st);
+  }
+  return 0;
+}
+
 /* Layers and parameters per layer of a bulk; their product bounds the edge
  * list a bulk copies (2^22 edges, 96 MiB: far above any model). */
 #define MAX_BULK_SIDE 1000000
 #define MAX_BULK_EDGES (1 << 22)
 
 /* t:bulk(per_iter_bytes, per_iter_reserved, iters, {param, bytes, ...}, nper
- *        [, label]) -> index */
+ *        [, label [, stride]]) -> index. With stride the list holds the first
+ * layer's nper pairs only: layer j's parameters are theirs + j * stride
+ * (layers whose parameters the tape made as copies, tape:capture_repeat). */
 static int l_bulk(lua_State *L) {
   self(L);
   int64_t per = vb_checkint(L, 2, 0, "bytes per layer");
@@ -210,19 +335,21 @@ static int l_bulk(lua_State *L) {
   luaL_checktype(L, 5, LUA_TTABLE);
   int64_t nper = vb_checkint(L, 6, 0, "parameters per layer");
   const char *label = optname(L, 7);
-  lua_settop(L, 7); /* the edge buffer goes above the arguments */
+  bool strided = !lua_isnoneornil(L, 8);
+  int64_t stride = strided ? vb_checkint(L, 8, 0, "stride") : 0;
+  lua_settop(L, 8); /* the edge buffer goes above the arguments */
   if (iters > MAX_BULK_SIDE || nper > MAX_BULK_SIDE || iters * nper > MAX_BULK_EDGES)
     return luaL_error(L, "tape:bulk: %I layers of %I parameters: more than %d gradient edges",
                       (lua_Integer)iters, (lua_Integer)nper, MAX_BULK_EDGES);
-  lua_Integer pairs = (lua_Integer)(iters * nper);
+  lua_Integer pairs = (lua_Integer)(iters * nper), given = strided ? (lua_Integer)nper : pairs;
   lua_Integer len = checklen(L, 5, 2 * MAX_BULK_EDGES, "gradient edge entries");
-  if (len != 2 * pairs)
-    return luaL_argerror(L, 5, lua_pushfstring(L, "expected layers * parameters-per-layer = %I "
-                                                  "{param, bytes} pairs, got %I entries",
-                                               pairs, len));
+  if (len != 2 * given)
+    return luaL_argerror(L, 5, lua_pushfstring(L, "expected %s = %I {param, bytes} pairs, got %I "
+                                                  "entries", strided ? "parameters-per-layer" :
+                                                  "layers * parameters-per-layer", given, len));
   /* a Lua-owned buffer: an error while reading leaves nothing to free */
   vr_edge *e = (vr_edge *)lua_newuserdatauv(L, (size_t)(pairs + 1) * sizeof *e, 0);
-  for (lua_Integer i = 0; i < pairs; i++) {
+  for (lua_Integer i = 0; i < given; i++) {
     int ok1 = 0, ok2 = 0;
     lua_geti(L, 5, 2 * i + 1);
     lua_geti(L, 5, 2 * i + 2);
@@ -232,6 +359,14 @@ static int l_bulk(lua_State *L) {
       return luaL_argerror(L, 5, lua_pushfstring(L, "entry %I is not an integer",
                                                  2 * i + (ok1 ? 2 : 1)));
     lua_pop(L, 2);
+  }
+  /* the other layers' edges: ids a stride further per layer (checked: the
+   * tape refuses ids it does not hold, so only the sum can overflow) */
+  for (lua_Integer i = given; i < pairs; i++) {
+    vr_edge p = e[i - nper];
+    if (p.tensor > INT64_MAX - stride)
+      return luaL_argerror(L, 8, "stride: parameter ids overflow");
+    e[i] = (vr_edge){p.tensor + stride, p.bytes, -1};
   }
   vr_tape *t = check(L); /* after the list: its metamethods may have closed it */
   int index = 0;
@@ -653,6 +788,7 @@ static const luaL_Reg methods[] = {
     {"timeline_event", l_timeline_event}, {"timeline_repeat", l_timeline_repeat},
     {"timeline_collect", l_timeline_collect}, {"capture", l_capture},
     {"capture_end", l_capture_end}, {"capture_repeat", l_capture_repeat},
+    {"node_of", l_node_of}, {"drop_of", l_drop_of},
     {NULL, NULL}};
 
 static const luaL_Reg meta[] = {{"__gc", l_gc},

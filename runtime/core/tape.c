@@ -16,8 +16,9 @@ const char *vr_cat_name(int cat) {
 }
 
 int vr_cat_find(const char *name) {
+  /* asked on every alloc: the names' first letters pick one or two */
   for (int i = 0; i < VR_NCAT; i++)
-    if (strcmp(CAT_NAMES[i], name) == 0) return i;
+    if (CAT_NAMES[i][0] == name[0] && strcmp(CAT_NAMES[i], name) == 0) return i;
   return -1;
 }
 

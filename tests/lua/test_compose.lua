@@ -175,4 +175,28 @@ function tests.a_spoiled_capture_is_not_repeated()
   T.raises(function() tape:capture_repeat(1) end, "composed layers", "nothing to repeat")
 end
 
+-- tape:node_of and tape:drop_of read the tensors themselves (Sim:node,
+-- Sim:drop): edges without rg are left out, a node without any is not
+-- recorded, bytes default to the tensor's, and bad lists are argument
+-- errors naming the entry.
+function tests.node_of_reads_the_tensors_as_sim_node_did()
+  local tape = vram.tape()
+  local function t(b, rg) return { id = tape:alloc(b, "activations"), b = b, rg = rg } end
+  local x, w, frozen = t(100, true), t(200, true), t(1, false)
+  local out = t(100, true)
+  T.eq(tape:node_of({ x }, { { frozen } }, { out }), false, "no edge requires grad")
+  T.eq(tape:node_of({ x, w }, { { x }, { w, 64 }, { frozen } }, { out }, false, "mm"), true,
+    "recorded")
+  tape:drop_of(x, nil, false, w, frozen)
+  T.eq(tape:live(), 100 + 200 + 100, "the saved x and w stay, the frozen one goes")
+  tape:backward(out.id)
+  -- out's gradient (100), then x's (its b, 100) and w's (64, as given)
+  T.eq(tape:stats().peak, 100 + 200 + 100 + 100 + 100 + 64, "gradients of x's b and w's 64")
+  T.raises(function() tape:node_of({}, { 5 }, {}) end, "gradient edges[1] is not a table")
+  T.raises(function() tape:node_of({}, { { { rg = true } } }, {}) end, "gradient edges[1].id")
+  T.raises(function() tape:node_of({ 7 }, { { out } }, {}) end, "saved tensors[1] is not")
+  T.raises(function() tape:node_of({}, { { out, alias = 70 } }, {}) end, "alias")
+  T.raises(function() tape:drop_of({ id = "x" }) end, "tensor[1].id is not an integer")
+end
+
 return tests
