@@ -1,6 +1,8 @@
 /* Compiled estimates for Lua: traces taken from tapes, fitted into a
- * program, evaluated for any (batch, seq). */
+ * program, evaluated for any sizes (batch, seq, and what stdlib/compiled.lua
+ * makes symbolic). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "../core/tape.h"
 #include "../core/trace.h"
@@ -40,24 +42,58 @@ static box *newbox(lua_State *L, const char *meta, vr_trace *tr) {
 
 vr_trace **vb_push_trace_box(lua_State *L) { return &newbox(L, TRACE, NULL)->tr; }
 
-/* vram.fit_program({trace x 7 | x 4}, {names} [, round]) -> program | nil, reason
- * (7: the standard probes; 4: a line at batch 1 or seq 1, trace.h) */
+/* The integer at t[i] (a table at idx), >= 0. */
+static int64_t field(lua_State *L, int idx, int i, int arg, const char *what) {
+  lua_rawgeti(L, idx, i);
+  int ok = 0;
+  lua_Integer v = lua_tointegerx(L, -1, &ok);
+  lua_pop(L, 1);
+  if (!ok || v < 0) luaL_argerror(L, arg, lua_pushfstring(L, "%s[%d] must be an integer >= 0", what, i));
+  return (int64_t)v;
+}
+
+/* vram.fit_program(traces, names, round, probes, degrees) -> program | nil, reason
+ * probes: each trace's sizes ({batch, seq, ...}); degrees: each size's
+ * degree. The first prod(degree + 1) traces are the grid (trace.h), the
+ * rest confirm. */
 static int l_fit(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
-  const vr_trace *trs[7];
   int64_t round = lua_isnoneornil(L, 3) ? 0 : vb_checkint(L, 3, 0, "rounding");
-  lua_Integer k = luaL_len(L, 1);
-  if (k != 7 && k != 4) return luaL_argerror(L, 1, "expected the 7 (or 4) probe traces");
-  lua_settop(L, 3);
-  /* each trace stays on the stack: a weak list cannot lose one mid-fit */
+  luaL_checktype(L, 4, LUA_TTABLE);
+  luaL_checktype(L, 5, LUA_TTABLE);
+  lua_settop(L, 5);
+  lua_Integer k = luaL_len(L, 1), nv = luaL_len(L, 5);
+  if (k < 2 || k > 512) return luaL_argerror(L, 1, "expected 2 to 512 probe traces");
+  if (luaL_len(L, 4) != k) return luaL_argerror(L, 4, "expected one size list per trace");
+  if (nv < 1 || nv > VR_MAXVARS) return luaL_argerror(L, 5, "expected 1 to 4 degrees");
+  vr_grid g;
+  memset(&g, 0, sizeof g);
+  g.nvars = (int32_t)nv;
+  for (int v = 0; v < g.nvars; v++) {
+    int64_t d = field(L, 5, v + 1, 5, "degrees");
+    if (d > VR_MAXDEG) return luaL_argerror(L, 5, "a degree is at most 4");
+    g.degree[v] = (int32_t)d;
+  }
+  /* the traces and their sizes, on the stack and in userdata: a raise
+   * below frees nothing of ours */
+  const vr_trace **trs = (const vr_trace **)lua_newuserdatauv(L, (size_t)k * sizeof *trs, 0);
+  int64_t *sizes = (int64_t *)lua_newuserdatauv(L, (size_t)(k * nv) * sizeof *sizes, 0);
+  lua_createtable(L, (int)k, 0); /* each trace stays referenced: a weak list cannot lose one */
   for (int i = 0; i < (int)k; i++) {
     lua_rawgeti(L, 1, i + 1);
     trs[i] = checkbox(L, -1, TRACE, 1);
+    lua_rawseti(L, -2, i + 1);
+    lua_rawgeti(L, 4, i + 1);
+    if (!lua_istable(L, -1) || luaL_len(L, -1) != nv)
+      return luaL_argerror(L, 4, "each probe lists one value per size");
+    for (int v = 0; v < g.nvars; v++) sizes[i * nv + v] = field(L, lua_gettop(L), v + 1, 4, "probe");
+    lua_pop(L, 1);
   }
+  for (int v = 0; v < g.nvars; v++) g.base[v] = sizes[v];
   const char *why = NULL;
   box *b = newbox(L, PROGRAM, NULL); /* first: raising later would leak the program */
-  b->tr = vr_trace_fit(trs, (int)k, round, &why);
+  b->tr = vr_trace_fit(trs, (int)k, &g, sizes, round, &why);
   if (!b->tr) {
     luaL_pushfail(L);
     lua_pushstring(L, why && *why ? why : "out of memory");
@@ -78,31 +114,44 @@ static void push_name(lua_State *L, int index) {
   lua_remove(L, -2);
 }
 
-/* The program at 1 and its (batch, seq) arguments, checked. */
-static const vr_trace *arguments(lua_State *L, int64_t *batch, int64_t *seq) {
-  *batch = vb_checkint(L, 2, 1, "batch");
-  *seq = vb_checkint(L, 3, 1, "seq");
+/* The program at 1 and its sizes from the arguments 2.., checked: one per
+ * size, >= 1, a size of degree 0 at the program's own value. */
+static const vr_trace *arguments(lua_State *L, int64_t sizes[VR_MAXVARS]) {
   const vr_trace *prog = checkbox(L, 1, PROGRAM, 1);
-  if (prog->batch > 0 && *batch != prog->batch)
-    luaL_argerror(L, 2, "this program answers batch 1 only (a line program)");
-  if (prog->seq > 0 && *seq != prog->seq)
-    luaL_argerror(L, 3, "this program answers seq 1 only (a line program)");
+  const vr_grid *g = &prog->grid;
+  if (lua_gettop(L) != 1 + g->nvars)
+    luaL_error(L, "this program takes %d sizes, got %d", (int)g->nvars, lua_gettop(L) - 1);
+  for (int v = 0; v < g->nvars; v++) {
+    sizes[v] = vb_checkint(L, v + 2, 1, "size");
+    if (g->degree[v] == 0 && sizes[v] != g->base[v])
+      luaL_argerror(L, v + 2, lua_pushfstring(L, "this program answers only %I here (the op "
+                                              "structure differs elsewhere)",
+                                              (lua_Integer)g->base[v]));
+  }
   return prog;
 }
 
-static int overflow(lua_State *L, const char *method, int64_t batch, int64_t seq) {
-  return luaL_error(L, "program:%s: sizes overflow int64 at batch %I, seq %I", method,
-                    (lua_Integer)batch, (lua_Integer)seq);
+static int overflow(lua_State *L, const char *method, const vr_trace *prog, const int64_t *sizes) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  lua_pushfstring(L, "program:%s: sizes overflow int64 at ", method);
+  luaL_addvalue(&b);
+  for (int v = 0; v < prog->grid.nvars; v++) {
+    lua_pushfstring(L, v ? ", %I" : "%I", (lua_Integer)sizes[v]);
+    luaL_addvalue(&b);
+  }
+  luaL_pushresult(&b);
+  return lua_error(L);
 }
 
-/* Evaluates prog(batch, seq) from the arguments, or raises the overflow. */
+/* Evaluates the program at the arguments' sizes, or raises the overflow. */
 static void evaluate(lua_State *L, const char *method, vr_trace_result *r) {
-  int64_t batch = 0, seq = 0;
-  const vr_trace *prog = arguments(L, &batch, &seq);
-  if (!vr_trace_eval(prog, batch, seq, r)) overflow(L, method, batch, seq);
+  int64_t sizes[VR_MAXVARS];
+  const vr_trace *prog = arguments(L, sizes);
+  if (!vr_trace_eval(prog, sizes, r)) overflow(L, method, prog, sizes);
 }
 
-/* prog:eval(batch, seq) -> {peak, peak_phase, peak_op, at_peak} */
+/* prog:eval(batch, seq, ...) -> {peak, peak_phase, peak_op, at_peak} */
 static int l_eval(lua_State *L) {
   vr_trace_result r;
   evaluate(L, "eval", &r);
@@ -122,11 +171,11 @@ static int l_eval(lua_State *L) {
   return 1;
 }
 
-/* prog:peak(batch, seq) -> bytes: the hot path, no tables */
+/* prog:peak(batch, seq, ...) -> bytes: the hot path, no tables */
 static int l_peak(lua_State *L) {
-  int64_t batch = 0, seq = 0, peak = 0;
-  const vr_trace *prog = arguments(L, &batch, &seq);
-  if (!vr_trace_peak(prog, batch, seq, &peak)) overflow(L, "peak", batch, seq);
+  int64_t sizes[VR_MAXVARS], peak = 0;
+  const vr_trace *prog = arguments(L, sizes);
+  if (!vr_trace_peak(prog, sizes, &peak)) overflow(L, "peak", prog, sizes);
   lua_pushinteger(L, (lua_Integer)peak);
   return 1;
 }

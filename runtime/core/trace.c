@@ -22,8 +22,10 @@ bool vr_trace_push(vr_trace *tr, vr_op op) {
 
 void vr_trace_release(vr_trace *tr) {
   vr_mem_free(&tr->mem, tr->ops, tr->cap * sizeof *tr->ops);
+  vr_mem_free(&tr->mem, tr->coefs, tr->coefs_cap * (size_t)tr->nmono * sizeof *tr->coefs);
   tr->ops = NULL;
-  tr->n = tr->cap = 0;
+  tr->coefs = NULL;
+  tr->n = tr->cap = tr->coefs_cap = 0;
 }
 
 void vr_trace_free(vr_trace *tr) {
@@ -35,72 +37,137 @@ void vr_trace_free(vr_trace *tr) {
   vr_mem_free(&m, tr, sizeof *tr);
 }
 
-/* Checked evaluation; false on overflow. */
-static bool poly(const int64_t c[VR_MONOMIALS], int64_t b, int64_t t, int64_t *out) {
-  int64_t m[VR_MONOMIALS], s = 0, x = 0, bt = 0, tt = 0;
-  if (!vr_mul(b, t, &bt) || !vr_mul(t, t, &tt)) return false;
-  m[0] = 1;
-  m[1] = b;
-  m[2] = t;
-  m[3] = bt;
-  m[4] = tt;
-  if (!vr_mul(b, tt, &m[5])) return false;
-  for (int i = 0; i < VR_MONOMIALS; i++) {
-    if (!vr_mul(c[i], m[i], &x) || !vr_add(s, x, &s)) return false;
-  }
-  *out = s;
-  return true;
-}
-
-/* The probes: B in {1, 2} times T in {1, 2, 3}, then (3, 5) to confirm. */
-static const int64_t PROBE_B[] = {1, 1, 1, 2, 2, 2, 3};
-static const int64_t PROBE_T[] = {1, 2, 3, 1, 2, 3, 5};
-
-/* The probes of a line program (one size held at 1, where the op
- * structure differs from the general case): the other size at 2, 3, 4,
- * then 5 to confirm. */
-static const int64_t LINE_X[] = {2, 3, 4, 5};
-
-/* v(T) = a + b T + c T^2 through T = 1, 2, 3; false when the second
- * difference is odd (not an integer polynomial) or a step overflows. */
-static bool quad(const int64_t v[3], int64_t q[3]) {
-  int64_t twice = 0, d2 = 0, d1 = 0, thrice = 0;
-  if (!vr_mul(v[1], 2, &twice) || !vr_sub(v[2], twice, &d2) || !vr_add(d2, v[0], &d2))
-    return false;
-  if (d2 % 2) return false;
-  q[2] = d2 / 2;
-  if (!vr_sub(v[1], v[0], &d1) || !vr_mul(q[2], 3, &thrice) || !vr_sub(d1, thrice, &q[1]))
-    return false;
-  return vr_sub(v[0], q[1], &q[0]) && vr_sub(q[0], q[2], &q[0]);
-}
-
-int vr_coef_sign(const int64_t c[VR_MONOMIALS]) {
+int vr_coef_sign(const int64_t *c, int n) {
   bool pos = false, neg = false;
-  for (int i = 0; i < VR_MONOMIALS; i++) {
+  for (int i = 0; i < n; i++) {
     pos |= c[i] > 0;
     neg |= c[i] < 0;
   }
   return pos && !neg ? 1 : (neg && !pos ? -1 : 0);
 }
 
-bool vr_coef_exact(const int64_t c[VR_MONOMIALS], int64_t round) {
+bool vr_coef_exact(const int64_t *c, int n, int64_t round) {
   if (round <= 0) return true;
-  for (int i = 0; i < VR_MONOMIALS; i++)
+  for (int i = 0; i < n; i++)
     if (c[i] % round != 0) return false;
   return true;
 }
 
-static int sign_of(const vr_op *op) { return vr_coef_sign(op->coef); }
+/* Size v's stride in the monomials (the last size fastest), and monomial
+ * i's exponent of it. */
+static int64_t stride(const vr_grid *g, int v) {
+  int64_t s = 1;
+  for (int w = g->nvars - 1; w > v; w--) s *= g->degree[w] + 1;
+  return s;
+}
 
-static bool block_exact(const vr_op *op, int64_t round) { return vr_coef_exact(op->coef, round); }
+static int exponent(const vr_grid *g, int i, int v) {
+  return (int)((i / stride(g, v)) % (g->degree[v] + 1));
+}
 
-/* prev += op term by term; false (prev unchanged) on overflow. */
-static bool merge(vr_op *prev, const vr_op *op) {
-  int64_t sum[VR_MONOMIALS];
-  for (int i = 0; i < VR_MONOMIALS; i++)
-    if (!vr_add(prev->coef[i], op->coef[i], &sum[i])) return false;
-  memcpy(prev->coef, sum, sizeof sum);
-  prev->label = op->label;
+/* How each monomial i > 0 is made: monomial from[i] (one exponent less)
+ * times size var[i]. */
+static void recipe(const vr_grid *g, int nmono, uint8_t *from, uint8_t *var) {
+  for (int i = 1; i < nmono; i++) {
+    int v = g->nvars - 1;
+    while (exponent(g, i, v) == 0) v--;
+    from[i] = (uint8_t)(i - stride(g, v));
+    var[i] = (uint8_t)v;
+  }
+}
+
+/* Every monomial of sizes (used NULL) or those used, the others 0; false
+ * when one that counts overflows. One product each. */
+static bool monomials(int nmono, const uint8_t *from, const uint8_t *var, const bool *used,
+                      const int64_t *sizes, int64_t *m) {
+  bool over[VR_MAXMONO], any = false;
+  m[0] = 1;
+  over[0] = false;
+  for (int i = 1; i < nmono; i++) {
+    over[i] = over[from[i]] || !vr_mul(m[from[i]], sizes[var[i]], &m[i]);
+    any |= over[i];
+  }
+  if (!any && !used) return true;
+  for (int i = 0; i < nmono; i++) {
+    bool counts = !used || used[i];
+    if (over[i] && counts) return false;
+    if (over[i]) m[i] = 0;
+  }
+  return true;
+}
+
+bool vr_trace_monomials(const vr_trace *prog, const int64_t *sizes, int64_t m[VR_MAXMONO]) {
+  return monomials(prog->nmono, prog->from, prog->var, prog->used, sizes, m);
+}
+
+/* Checked value of row c at monomials m; false on overflow. */
+static bool poly(const int64_t *c, int n, const int64_t *m, int64_t *out) {
+  int64_t s = 0, x = 0;
+  for (int i = 0; i < n; i++) {
+    if (c[i] == 0) continue;
+    if (!vr_mul(c[i], m[i], &x) || !vr_add(s, x, &s)) return false;
+  }
+  *out = s;
+  return true;
+}
+
+/* Values y_0..y_d at x = base, base + 1, ..., base + d (every step-th entry
+ * of v) to the coefficients of 1, x, ..., x^d, in place: Newton's forward
+ * differences (the k-th of an integer polynomial divides by k!), expanded.
+ * False when not an integer polynomial, or on overflow. */
+static bool newton(int64_t *v, int64_t step, int d, int64_t base) {
+  int64_t a[VR_MAXDEG + 1], c[VR_MAXDEG + 1] = {0}, fact = 1, t = 0, shift = 0;
+  for (int i = 0; i <= d; i++) a[i] = v[i * step];
+  for (int k = 1; k <= d; k++) /* a[i], i >= k: the k-th difference at base + i - k */
+    for (int i = d; i >= k; i--)
+      if (!vr_sub(a[i], a[i - 1], &a[i])) return false;
+  for (int k = 1; k <= d; k++) {
+    fact *= k;
+    if (a[k] % fact != 0) return false;
+    a[k] /= fact;
+  }
+  /* sum of a_k (x - base)(x - base - 1)...(x - base - k + 1), by Horner */
+  c[0] = a[d];
+  for (int k = d - 1; k >= 0; k--) {
+    if (!vr_add(base, k, &shift)) return false;
+    for (int i = d; i >= 0; i--) { /* c = c (x - shift) */
+      if (!vr_mul(c[i], shift, &t) || !vr_sub(i > 0 ? c[i - 1] : 0, t, &c[i])) return false;
+    }
+    if (!vr_add(c[0], a[k], &c[0])) return false;
+  }
+  for (int i = 0; i <= d; i++) v[i * step] = c[i];
+  return true;
+}
+
+/* Op j's coefficients (row c) from its values at the grid's probes,
+ * confirmed at the further ones; NULL or the reason. */
+static const char *fit_values(const vr_trace *const *tr, int k, const vr_grid *g,
+                              const int64_t *sizes, int nmono, size_t j, int64_t *c) {
+  for (int i = 0; i < nmono; i++) c[i] = tr[i]->ops[j].value;
+  for (int v = 0; v < g->nvars; v++) {
+    int64_t st = stride(g, v), span = st * (g->degree[v] + 1);
+    if (g->degree[v] == 0) continue;
+    for (int i = 0; i < nmono; i++) /* each line along v, from its first probe */
+      if (i % span < st && !newton(c + i, st, g->degree[v], g->base[v]))
+        return "a size is not an integer polynomial in the traced sizes";
+  }
+  uint8_t from[VR_MAXMONO], var[VR_MAXMONO];
+  recipe(g, nmono, from, var);
+  for (int p = nmono; p < k; p++) {
+    int64_t m[VR_MAXMONO], x = 0;
+    if (!monomials(nmono, from, var, NULL, sizes + (size_t)p * (size_t)g->nvars, m) ||
+        !poly(c, nmono, m, &x) || x != tr[p]->ops[j].value)
+      return "a size is not a polynomial of the traced degrees (a further probe disagrees)";
+  }
+  return NULL;
+}
+
+/* Row prev += row op; false (prev unchanged) on overflow. */
+static bool merge(int64_t *prev, const int64_t *op, int n) {
+  int64_t sum[VR_MAXMONO];
+  for (int i = 0; i < n; i++)
+    if (!vr_add(prev[i], op[i], &sum[i])) return false;
+  memcpy(prev, sum, (size_t)n * sizeof *sum);
   return true;
 }
 
@@ -111,156 +178,99 @@ static bool merge(vr_op *prev, const vr_op *op) {
  * sum would overflow stay apart (evaluation then reports the overflow).
  * False when a constant overflows once rounded to the block. */
 static bool fold_constants(vr_trace *prog) {
+  int n = prog->nmono;
   size_t w = 0;
   for (size_t j = 0; j < prog->n; j++) {
     vr_op op = prog->ops[j];
-    if (op.kind == VR_OP_DELTA && w > 0) {
-      vr_op *prev = &prog->ops[w - 1];
-      int sg = sign_of(&op);
-      if (prev->kind == VR_OP_DELTA && prev->cat == op.cat && sg != 0 &&
-          sign_of(prev) == sg && block_exact(prev, prog->round) &&
-          block_exact(&op, prog->round) && merge(prev, &op))
+    int64_t *c = vr_trace_row(prog, j), *pc = w > 0 ? vr_trace_row(prog, w - 1) : NULL;
+    vr_op *prev = w > 0 ? &prog->ops[w - 1] : NULL;
+    if (op.kind == VR_OP_DELTA && prev && prev->kind == VR_OP_DELTA && prev->cat == op.cat) {
+      int sg = vr_coef_sign(c, n);
+      if (sg != 0 && vr_coef_sign(pc, n) == sg && vr_coef_exact(pc, n, prog->round) &&
+          vr_coef_exact(c, n, prog->round) && merge(pc, c, n)) {
+        prev->label = op.label;
         continue;
+      }
     }
     bool constant = op.kind == VR_OP_DELTA;
-    for (int i = 1; constant && i < VR_MONOMIALS; i++) constant = op.coef[i] == 0;
+    for (int i = 1; constant && i < n; i++) constant = c[i] == 0;
     if (constant) {
       op.kind = VR_OP_CONST;
-      if (!vr_round_up(op.coef[0], prog->round, &op.coef[0])) return false;
-      vr_op *prev = w > 0 ? &prog->ops[w - 1] : NULL;
+      if (!vr_round_up(c[0], prog->round, &c[0])) return false;
       if (prev && prev->kind == VR_OP_CONST && prev->cat == op.cat &&
-          (prev->coef[0] > 0) == (op.coef[0] > 0) && merge(prev, &op))
+          (pc[0] > 0) == (c[0] > 0) && merge(pc, c, n)) {
+        prev->label = op.label;
         continue;
+      }
     }
+    if (w != j) memcpy(vr_trace_row(prog, w), c, (size_t)n * sizeof *c);
     prog->ops[w++] = op;
   }
   prog->n = w;
-  for (size_t j = 0; j < prog->n; j++) { /* slot: the only non-zero term, or -1 */
-    vr_op *op = &prog->ops[j];
-    if (op->kind != VR_OP_DELTA) continue;
-    int nz = 0;
-    op->slot = -1;
-    for (int i = 0; i < VR_MONOMIALS; i++)
-      if (op->coef[i] != 0) {
-        nz++;
-        op->slot = i;
-      }
-    if (nz != 1) op->slot = -1;
-  }
   return true;
 }
 
-/* A DELTA's coefficients from its seven probe values; NULL or the reason. */
-static const char *fit_delta(const vr_trace *const *tr, size_t j, vr_op *op) {
-  int64_t v1[3] = {tr[0]->ops[j].value, tr[1]->ops[j].value, tr[2]->ops[j].value};
-  int64_t v2[3] = {tr[3]->ops[j].value, tr[4]->ops[j].value, tr[5]->ops[j].value};
-  int64_t q1[3], q2[3], check = 0;
-  if (!quad(v1, q1) || !quad(v2, q2)) return "a size is not an integer polynomial in batch and seq";
-  /* each coefficient is linear in B: c(B) = c0 + c1 B through B = 1, 2 */
-  for (int d = 0; d < 3; d++) {
-    int64_t c1 = 0, c0 = 0;
-    if (!vr_sub(q2[d], q1[d], &c1) || !vr_sub(q1[d], c1, &c0))
-      return "a size's polynomial in batch and seq overflows int64";
-    op->coef[d == 0 ? 0 : (d == 1 ? 2 : 4)] = c0;
-    op->coef[d == 0 ? 1 : (d == 1 ? 3 : 5)] = c1;
+/* Which probes the grid asks for: trace i < nmono at base + the digits of
+ * i; false (with the reason) when the sizes say otherwise. */
+static const char *check_grid(const vr_grid *g, int k, const int64_t *sizes, int *nmono) {
+  int64_t n = 1;
+  if (g->nvars < 1 || g->nvars > VR_MAXVARS) return "a program has 1 to 4 sizes";
+  for (int v = 0; v < g->nvars; v++) {
+    if (g->degree[v] < 0 || g->degree[v] > VR_MAXDEG) return "a size's degree is 0 to 4";
+    if (g->base[v] < 0) return "sizes are >= 0";
+    n *= g->degree[v] + 1;
   }
-  if (!poly(op->coef, PROBE_B[6], PROBE_T[6], &check) || check != tr[6]->ops[j].value)
-    return "a size is not a polynomial in batch and seq of degree (1, 2)";
+  if (n > VR_MAXMONO) return "more than 64 monomials";
+  *nmono = (int)n;
+  if (k <= n) return "needs the grid's probes and at least one more to confirm";
+  for (int i = 0; i < k; i++)
+    for (int v = 0; v < g->nvars; v++) {
+      int64_t x = sizes[(size_t)i * (size_t)g->nvars + (size_t)v];
+      if (x < 0) return "sizes are >= 0";
+      if (i < n ? x != g->base[v] + exponent(g, i, v) : g->degree[v] == 0 && x != g->base[v])
+        return "the probes' sizes are not the grid's";
+    }
   return NULL;
 }
 
-/* A DELTA's polynomial in x from its values at x = 2, 3, 4, confirmed at
- * 5: p(x) = q0 + q1 (x - 1) + q2 (x - 1)^2. Coefficients of 1, x, x^2 in
- * c; NULL or the reason. */
-static const char *fit_line(const vr_trace *const *tr, size_t j, int64_t c[3]) {
-  int64_t v[3] = {tr[0]->ops[j].value, tr[1]->ops[j].value, tr[2]->ops[j].value};
-  int64_t q[3], t = 0, x = LINE_X[3], check = 0;
-  if (!quad(v, q)) return "a size is not an integer polynomial of degree 2";
-  if (!vr_sub(q[0], q[1], &c[0]) || !vr_add(c[0], q[2], &c[0]) || !vr_mul(q[2], 2, &t) ||
-      !vr_sub(q[1], t, &c[1]))
-    return "a size's polynomial overflows int64";
-  c[2] = q[2];
-  if (!vr_mul(c[2], x, &check) || !vr_add(check, c[1], &check) || !vr_mul(check, x, &check) ||
-      !vr_add(check, c[0], &check) || check != tr[3]->ops[j].value)
-    return "a size is not a polynomial of degree 2";
-  return NULL;
-}
-
-/* Which probes the k traces are: 0 the standard seven, 1 a line at batch
- * 1, 2 a line at seq 1, -1 neither. */
-static int probe_kind(const vr_trace *const *tr, int k) {
-  bool std = k == 7, b1 = k == 4, t1 = k == 4;
-  for (int i = 0; i < k; i++) {
-    if (tr[i]->n != tr[0]->n) return -1;
-    std = std && tr[i]->batch == PROBE_B[i] && tr[i]->seq == PROBE_T[i];
-    b1 = b1 && tr[i]->batch == 1 && tr[i]->seq == LINE_X[i];
-    t1 = t1 && tr[i]->seq == 1 && tr[i]->batch == LINE_X[i];
-  }
-  return std ? 0 : b1 ? 1 : t1 ? 2 : -1;
-}
-
-/* A DELTA's coefficients under probes of the given kind; NULL or the reason. */
-static const char *fit_any(const vr_trace *const *tr, int kind, size_t j, vr_op *op) {
-  int64_t c[3] = {0, 0, 0};
-  const char *why = NULL;
-  if (kind == 0) return fit_delta(tr, j, op);
-  if ((why = fit_line(tr, j, c)) != NULL) return why;
-  memset(op->coef, 0, sizeof op->coef);
-  if (kind == 1) { /* batch 1: 1, T, T^2 */
-    op->coef[0] = c[0];
-    op->coef[2] = c[1];
-    op->coef[4] = c[2];
-  } else { /* seq 1: 1, B; a B^2 term has no monomial */
-    if (c[2] != 0) return "a size grows with the square of the batch";
-    op->coef[0] = c[0];
-    op->coef[1] = c[1];
-  }
-  return NULL;
-}
-
-/* A composed layer's new gradients in the program's blocks: the GRAD ops
- * that follow its BULK_BWD at j. */
-static bool bulk_grads(const vr_trace *tr, size_t j, int64_t round, int64_t *out) {
-  int64_t sum = 0, r = 0;
-  for (size_t k = j + 1; k < tr->n && tr->ops[k].kind == VR_OP_GRAD; k++)
-    if (!vr_round_up(tr->ops[k].value, round, &r) || !vr_add(sum, r, &sum)) return false;
-  *out = sum;
-  return true;
-}
-
-vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, int64_t round, const char **why) {
+vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, const vr_grid *g,
+                       const int64_t *sizes, int64_t round, const char **why) {
   vr_trace *out = NULL;
-  *why = "";
-  int kind = k == 7 || k == 4 ? probe_kind(tr, k) : -1;
-  if (kind < 0) {
-    bool shape = k == 7 || k == 4;
-    for (int i = 0; shape && i < k; i++) shape = tr[i]->n == tr[0]->n;
-    *why = !shape ? "the probes' traces differ in shape (a size-dependent branch)"
-                  : "needs the 7 standard probes, or 4 of a line at batch 1 or seq 1";
-    return NULL;
-  }
+  int nmono = 0;
+  if ((*why = check_grid(g, k, sizes, &nmono)) != NULL) return NULL;
+  for (int i = 1; i < k; i++)
+    if (tr[i]->n != tr[0]->n) {
+      *why = "the probes' traces differ in shape (a size-dependent branch)";
+      return NULL;
+    }
   out = vr_trace_new(&tr[0]->mem);
   if (!out) goto nomem;
   out->round = round;
-  out->batch = kind == 1 ? 1 : 0; /* a line program answers only there */
-  out->seq = kind == 2 ? 1 : 0;
+  out->grid = *g;
+  out->nmono = nmono;
+  recipe(g, nmono, out->from, out->var);
+  out->coefs = (int64_t *)vr_mem_array(&out->mem, tr[0]->n ? tr[0]->n : 1,
+                                       (size_t)nmono * sizeof *out->coefs);
+  if (!out->coefs) goto nomem;
+  out->coefs_cap = tr[0]->n ? tr[0]->n : 1;
   for (size_t j = 0; j < tr[0]->n; j++) {
     vr_op op = tr[0]->ops[j];
     for (int i = 1; i < k; i++) {
       const vr_op *o = &tr[i]->ops[j];
+      bool sized = op.kind == VR_OP_DELTA || op.kind == VR_OP_GRAD || op.kind == VR_OP_BULK_BWD;
       bool same = o->kind == op.kind && o->cat == op.cat && o->slot == op.slot &&
-                  (op.kind == VR_OP_DELTA || (o->value == op.value && o->extra == op.extra));
+                  (sized ? op.kind != VR_OP_BULK_BWD || o->value == op.value
+                         : o->value == op.value && o->extra == op.extra);
       if (!same) {
         *why = "the probes' traces differ op by op (a size-dependent branch)";
         goto fail;
       }
     }
-    if (op.kind == VR_OP_GRAD) continue; /* folded into its BULK_BWD */
-    if (op.kind == VR_OP_DELTA && (*why = fit_any(tr, kind, j, &op)) != NULL) goto fail;
-    if (op.kind == VR_OP_BULK_BWD && !bulk_grads(tr[0], j, round, &op.extra_rounded)) {
-      *why = "a composed layer's gradient bytes overflow int64";
+    int64_t *c = out->coefs + out->n * (size_t)nmono;
+    memset(c, 0, (size_t)nmono * sizeof *c);
+    if ((op.kind == VR_OP_DELTA || op.kind == VR_OP_GRAD) &&
+        (*why = fit_values(tr, k, g, sizes, nmono, j, c)) != NULL)
       goto fail;
-    }
     if (!vr_trace_push(out, op)) goto nomem;
   }
   *why = "";
@@ -268,6 +278,8 @@ vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, int64_t round, const ch
     *why = "a constant size overflows int64 once rounded to the block";
     goto fail;
   }
+  for (size_t j = 0; j < out->n; j++)
+    for (int i = 0; i < nmono; i++) out->used[i] |= vr_trace_row(out, j)[i] != 0;
   out->plan = vr_plan_build(out);
   if (!out->plan) goto nomem;
   return out;
@@ -276,6 +288,23 @@ nomem:
 fail:
   vr_trace_free(out);
   return NULL;
+}
+
+bool vr_trace_grads(const vr_trace *prog, size_t j, const int64_t *m, int64_t *out) {
+  int64_t sum = 0, x = 0;
+  for (size_t k = j + 1; k < prog->n && prog->ops[k].kind == VR_OP_GRAD; k++)
+    if (!poly(vr_trace_row(prog, k), prog->nmono, m, &x) || !vr_round_up(x, prog->round, &x) ||
+        !vr_add(sum, x, &sum))
+      return false;
+  *out = sum;
+  return true;
+}
+
+bool vr_trace_delta(const vr_trace *prog, size_t j, const int64_t *m, int64_t *out) {
+  int64_t x = 0;
+  if (!poly(vr_trace_row(prog, j), prog->nmono, m, &x)) return false;
+  if (prog->ops[j].kind == VR_OP_CONST) return *out = x, true; /* rounded when fitted */
+  return vr_round_up(x, prog->round, out);
 }
 
 #define MAX_SLOTS 64
@@ -310,41 +339,29 @@ static bool add_free(state *s, int64_t x, int cat, int label) {
   return vr_sub(0, x, &neg) && add(s, x, cat, label) && add(s, neg, cat, label);
 }
 
-bool vr_trace_eval(const vr_trace *prog, int64_t batch, int64_t seq, vr_trace_result *out) {
-  int64_t round = prog->round;
+bool vr_trace_eval(const vr_trace *prog, const int64_t *sizes, vr_trace_result *out) {
   int64_t marks[MAX_SLOTS] = {0}, start[MAX_SLOTS] = {0}, left[MAX_SLOTS] = {0};
+  int64_t m[VR_MAXMONO];
   memset(out, 0, sizeof *out);
   out->peak_label = -1;
   state s = {0, {0}, 0, out, 0};
-  int64_t m[VR_MONOMIALS] = {1, batch, seq, 0, 0, 0};
-  if (!vr_mul(batch, seq, &m[3]) || !vr_mul(seq, seq, &m[4]) || !vr_mul(m[4], batch, &m[5]))
-    return false;
+  if (!vr_trace_monomials(prog, sizes, m)) return false;
   for (size_t j = 0; j < prog->n; j++) {
     const vr_op *op = &prog->ops[j];
     int slot = op->slot >= 0 && op->slot < MAX_SLOTS ? op->slot : 0;
     int64_t x = 0;
     switch (op->kind) {
-      case VR_OP_DELTA: {
-        if (op->slot >= 0) { /* most sizes are one term */
-          if (!vr_mul(op->coef[op->slot], m[op->slot], &x)) return false;
-        } else {
-          for (int i = 0; i < VR_MONOMIALS; i++) {
-            int64_t term = 0;
-            if (op->coef[i] == 0) continue;
-            if (!vr_mul(op->coef[i], m[i], &term) || !vr_add(x, term, &x)) return false;
-          }
-        }
-        if (!vr_round_up(x, round, &x) || !add(&s, x, op->cat, op->label)) return false;
-        break;
-      }
+      case VR_OP_DELTA:
       case VR_OP_CONST:
-        if (!add(&s, op->coef[0], op->cat, op->label)) return false;
+        if (!vr_trace_delta(prog, j, m, &x) || !add(&s, x, op->cat, op->label)) return false;
         break;
       case VR_OP_PHASE:
         s.phase = op->label;
         break;
       case VR_OP_MARK:
         marks[slot] = s.live;
+        break;
+      case VR_OP_GRAD: /* read by its BULK_BWD */
         break;
       case VR_OP_BULK_FWD: { /* two marks bracket one simulated layer */
         int mk = (int)(op->extra >= 0 && op->extra + 1 < MAX_SLOTS ? op->extra : 0);
@@ -359,10 +376,9 @@ bool vr_trace_eval(const vr_trace *prog, int64_t batch, int64_t seq, vr_trace_re
         s.watch = s.live;
         break;
       case VR_OP_BULK_BWD: {
-        int64_t exc = 0, net = 0, rel = 0, neg = 0;
-        int64_t g = round > 0 ? op->extra_rounded : op->extra;
-        if (!vr_sub(s.watch, start[slot], &exc) || !vr_sub(s.live, start[slot], &net) ||
-            !vr_sub(g, net, &rel) || !vr_sub(0, rel, &neg))
+        int64_t exc = 0, net = 0, rel = 0, neg = 0, g = 0;
+        if (!vr_trace_grads(prog, j, m, &g) || !vr_sub(s.watch, start[slot], &exc) ||
+            !vr_sub(s.live, start[slot], &net) || !vr_sub(g, net, &rel) || !vr_sub(0, rel, &neg))
           return false;
         for (int64_t i = 0; i < op->value; i++) {
           if (!add_free(&s, exc, VR_CAT_TEMP, op->label) || !add(&s, g, VR_CAT_GRADS, op->label) ||

@@ -1,10 +1,11 @@
 /* Compiled estimates: a tape run in trace mode records its accounting as a
  * flat program (every live-bytes change, phase, and the composed layers'
- * measurements). Traces of the same run at a few (batch, seq) probes have
- * the same shape; each change is then a polynomial in batch and seq
- * (monomials 1, B, T, BT, T^2, BT^2 — activations, logits, attention) and
- * the program re-evaluates a step's peak for any (batch, seq) in C, without
- * Lua. No Lua here. */
+ * measurements). Traces of the same run at a grid of probes of a few
+ * sizes (batch, seq, and what the caller makes symbolic: a LoRA rank, an
+ * image's tokens) have the same shape; each change is then an integer
+ * polynomial in those sizes, of a degree per size (batch 1, seq 2:
+ * activations, logits, attention), and the program re-evaluates a step's
+ * peak for any sizes in C, without Lua. No Lua here. */
 #ifndef VRAM_TRACE_H
 #define VRAM_TRACE_H
 
@@ -22,7 +23,21 @@ enum {
                   gradient's bytes), so a program rounds them to its own block */
 };
 
+/* vr_op's coef: unused since programs keep their coefficients in their own
+ * table (coefs, any number of sizes); the tape's initializers still name it. */
 #define VR_MONOMIALS 6
+#define VR_MAXVARS 4  /* sizes a program is a polynomial in */
+#define VR_MAXDEG 4   /* highest degree in one size */
+#define VR_MAXMONO 64 /* monomials: the product of (degree + 1) over the sizes */
+
+/* A program's sizes: size v is probed at base[v], base[v] + 1, ...,
+ * base[v] + degree[v]; degree 0 holds it at base[v] (the program answers
+ * only there: batch 1, where the op structure differs). */
+typedef struct {
+  int32_t nvars;
+  int32_t degree[VR_MAXVARS];
+  int64_t base[VR_MAXVARS];
+} vr_grid;
 
 typedef struct {
   int32_t kind, cat, label, slot; /* slot: mark (MARK) or bulk (BULK_*, MEASURE) index */
@@ -30,7 +45,7 @@ typedef struct {
   int64_t extra, extra_rounded;   /* BULK_FWD: first of its two marks; BULK_BWD: gradient
                                      bytes per layer (raw; in a program also rounded to
                                      the program's block) */
-  int64_t coef[VR_MONOMIALS];     /* fitted DELTA polynomial */
+  int64_t coef[VR_MONOMIALS];     /* unused (above) */
 } vr_op;
 
 typedef struct vr_plan vr_plan; /* a program's peak-only evaluation (trace_peak.c) */
@@ -38,11 +53,18 @@ typedef struct vr_plan vr_plan; /* a program's peak-only evaluation (trace_peak.
 typedef struct vr_trace {
   vr_op *ops;
   size_t n, cap;
-  int64_t batch, seq;             /* the probe this trace was recorded at; in a program,
-                                     a size it holds fixed (a line program), else 0 */
+  int64_t batch, seq;             /* traces: the tape's (batch, seq) when recorded */
   int64_t round;                  /* programs: the allocator block every tensor rounds to */
   vr_mem mem;                     /* where ops (and the trace itself, if new) live */
-  vr_plan *plan;                  /* programs: built by vr_trace_fit */
+  /* programs: */
+  vr_grid grid;                   /* the sizes, their degrees and fixed values */
+  int32_t nmono;                  /* monomials: x^e for every e <= degree, the last
+                                     size's exponent varying fastest */
+  int64_t *coefs;                 /* n x nmono: the DELTA and CONST ops' polynomials */
+  size_t coefs_cap;               /* rows allocated */
+  bool used[VR_MAXMONO];          /* monomials some op needs */
+  uint8_t from[VR_MAXMONO], var[VR_MAXMONO]; /* monomial i = monomial from[i] x size var[i] */
+  vr_plan *plan;                  /* built by vr_trace_fit */
 } vr_trace;
 
 /* An empty trace allocated through mem (NULL: the C library). */
@@ -53,15 +75,15 @@ void vr_trace_free(vr_trace *tr);
 /* Frees the ops of a trace that lives elsewhere (on the stack). */
 void vr_trace_release(vr_trace *tr);
 
-/* Fits a program from k traces recorded at the probes' (batch, seq): they
- * must agree op by op; DELTA values must be an integer polynomial that the
- * last probe confirms exactly. Returns NULL (and a reason) otherwise. The
- * program is allocated through the first trace's allocator. k = 7: the
- * standard probes, any (batch, seq). k = 4: a line program, where batch 1
- * or seq 1 gives the ops another structure: (1, T) at T = 2, 3, 4, 5
- * answers batch 1 (its batch field is 1), (B, 1) at B = 2, 3, 4, 5 answers
- * seq 1 (seq field 1). */
-vr_trace *vr_trace_fit(const vr_trace *const *traces, int k, int64_t round, const char **why);
+/* Fits a program from k traces of one run: the first G = prod(degree + 1)
+ * at the grid's probes in order (the last size varying fastest), the
+ * others (at least one) further probes that must confirm the fit. sizes:
+ * k x grid->nvars, each trace's sizes. The traces must agree op by op;
+ * every DELTA value must be an integer polynomial of those degrees.
+ * Returns NULL (and a reason) otherwise. The program is allocated through
+ * the first trace's allocator. */
+vr_trace *vr_trace_fit(const vr_trace *const *traces, int k, const vr_grid *grid,
+                       const int64_t *sizes, int64_t round, const char **why);
 
 typedef struct {
   int64_t peak;
@@ -69,20 +91,36 @@ typedef struct {
   int64_t at_peak[VR_NCAT];
 } vr_trace_result;
 
-/* Evaluates a fitted program (tensors rounded to the program's block);
+/* Op j's coefficients in a program (nmono of them). */
+static inline int64_t *vr_trace_row(const vr_trace *prog, size_t j) {
+  return prog->coefs + j * (size_t)prog->nmono;
+}
+
+/* A DELTA's or CONST's bytes at monomials m (rounded to the block), and the
+ * gradients of the composed layer whose BULK_BWD is op j (each rounded);
+ * false on overflow. */
+bool vr_trace_delta(const vr_trace *prog, size_t j, const int64_t *m, int64_t *out);
+bool vr_trace_grads(const vr_trace *prog, size_t j, const int64_t *m, int64_t *out);
+
+/* The monomials of sizes (grid.nvars of them, >= 0) that the program uses
+ * (the others 0); false when one overflows int64. */
+bool vr_trace_monomials(const vr_trace *prog, const int64_t *sizes, int64_t m[VR_MAXMONO]);
+
+/* Evaluates a fitted program at sizes (grid.nvars of them, >= 0; a size of
+ * degree 0 is the program's own), tensors rounded to the program's block;
  * false when a size or a sum of sizes overflows int64. */
-bool vr_trace_eval(const vr_trace *prog, int64_t batch, int64_t seq, vr_trace_result *out);
+bool vr_trace_eval(const vr_trace *prog, const int64_t *sizes, vr_trace_result *out);
 
 /* The peak alone, the same bytes as vr_trace_eval's (and false where it
  * reports an overflow), several times faster: no categories, fewer ops
  * (trace_peak.c). */
-bool vr_trace_peak(const vr_trace *prog, int64_t batch, int64_t seq, int64_t *peak);
+bool vr_trace_peak(const vr_trace *prog, const int64_t *sizes, int64_t *peak);
 
-/* A size polynomial's sign for every size >= 0: +1 when every term is
- * >= 0, -1 when every term is <= 0, 0 when mixed; and whether rounding to
- * the block leaves it as it is for every size. */
-int vr_coef_sign(const int64_t c[VR_MONOMIALS]);
-bool vr_coef_exact(const int64_t c[VR_MONOMIALS], int64_t round);
+/* A size polynomial's (n coefficients) sign for every size >= 0: +1 when
+ * every term is >= 0, -1 when every term is <= 0, 0 when mixed; and
+ * whether rounding to the block leaves it as it is for every size. */
+int vr_coef_sign(const int64_t *c, int n);
+bool vr_coef_exact(const int64_t *c, int n, int64_t round);
 
 /* trace_peak.c: a program's plan (NULL when out of memory: vr_trace_peak
  * then evaluates checked), its length, and its release. */

@@ -4,9 +4,9 @@
  * than the program may:
  *   - the peak is the largest live total after any op; checking a point
  *     that cannot be a maximum changes nothing, so the plan checks after
- *     every one of its ops, and an op that is frees followed by
- *     allocations (of any categories) is one plan op: the maximum within
- *     it is at its end;
+ *     every one of its ops, and consecutive changes (of any categories)
+ *     are one plan op while each point left unchecked is below a checked
+ *     one for every size (take());
  *   - a size whose block rounding is exact for every size joins its
  *     neighbours' polynomial; one that must be rounded is kept as its own
  *     term list, rounded at evaluation as vr_trace_eval does.
@@ -22,18 +22,17 @@
 #include "trace.h"
 
 enum {
-  PK_CONST, /* x = c */
-  PK_ONE,   /* x = c * m[mono], exact */
-  PK_ONE_R, /* x = round(c * m[mono]) */
-  PK_POLY,  /* x = sum of n exact terms from `at` */
-  PK_GEN,   /* x = sum of n exact terms from `at` + round(sum of the mono terms after) */
-  PK_MARK, PK_FWD, PK_MEASURE, PK_BWD /* the program's op `at` */
+  PK_ONE,  /* x = c * m[mono], rounded when rnd (a constant: mono 0) -- most ops */
+  PK_POLY, /* x = sum of n exact terms from c + round(sum of the nround terms after) */
+  PK_MARK, PK_FWD, PK_MEASURE, PK_BWD /* the program's op c */
 };
 
+/* 16 bytes. PK_BWD: rnd 1 when its layer's gradients do not depend on the
+ * sizes, their bytes then gvals[n]. */
 typedef struct {
-  uint8_t kind, mono;
-  uint16_t n;
-  int32_t at;
+  uint8_t kind, mono, rnd, nround;
+  uint16_t n, pad;
+  int32_t pad2;
   int64_t c;
 } pk_op;
 
@@ -47,18 +46,21 @@ struct vr_plan {
   size_t n, cap;
   pk_term *terms;
   size_t nterms, tcap;
-  int64_t abs[VR_MONOMIALS]; /* sum of |coef| over the program's sizes; INT64_MAX: too large */
+  int64_t abs[VR_MAXMONO]; /* sum of |coef| over the program's sizes; INT64_MAX: too large */
   int64_t rounded;           /* sizes rounded at evaluation */
+  int64_t *gvals;            /* constant gradients of composed layers, rounded */
+  size_t ng, gcap;
 };
 
 /* Every live total and delta stays within this when the proof holds: two
  * of them add without overflow. */
 #define SAFE (INT64_C(1) << 61)
 
-/* The op being built: frees, then allocations. */
+/* The op being built. */
 typedef struct {
-  bool open, allocs, has_round;
-  int64_t exact[VR_MONOMIALS], round[VR_MONOMIALS];
+  bool open, has_round;
+  int n;                   /* the program's monomials */
+  int64_t exact[VR_MAXMONO], round[VR_MAXMONO];
 } building;
 
 static bool push_op(vr_plan *p, const vr_mem *mem, pk_op op) {
@@ -67,9 +69,9 @@ static bool push_op(vr_plan *p, const vr_mem *mem, pk_op op) {
   return true;
 }
 
-static bool push_terms(vr_plan *p, const vr_mem *mem, const int64_t c[VR_MONOMIALS], int *n) {
+static bool push_terms(vr_plan *p, const vr_mem *mem, const int64_t *c, int nmono, int *n) {
   *n = 0;
-  for (int i = 0; i < VR_MONOMIALS; i++) {
+  for (int i = 0; i < nmono; i++) {
     if (c[i] == 0) continue;
     if (!vr_mem_grow(mem, (void **)&p->terms, &p->tcap, p->nterms + 1, sizeof *p->terms, 64))
       return false;
@@ -83,53 +85,68 @@ static bool push_terms(vr_plan *p, const vr_mem *mem, const int64_t c[VR_MONOMIA
 static bool close_op(vr_plan *p, const vr_mem *mem, building *b) {
   if (!b->open) return true;
   b->open = false;
-  int ne = 0, nr = 0, last = -1;
-  for (int i = 0; i < VR_MONOMIALS; i++) {
+  int ne = 0, nr = 0, last = 0;
+  for (int i = 0; i < b->n; i++) {
     if (b->exact[i] != 0) ne++, last = i;
     if (b->round[i] != 0) nr++;
   }
   if (!b->has_round || nr == 0) {
     if (ne == 0) return true; /* nothing changes */
-    if (ne == 1)
-      return push_op(p, mem, (pk_op){last == 0 ? PK_CONST : PK_ONE, (uint8_t)last, 0, 0,
-                                     b->exact[last]});
+    if (ne == 1) return push_op(p, mem, (pk_op){PK_ONE, (uint8_t)last, 0, 0, 0, 0, 0, b->exact[last]});
   }
   if (ne == 0 && nr == 1)
-    for (int i = 0; i < VR_MONOMIALS; i++)
-      if (b->round[i] != 0) return push_op(p, mem, (pk_op){PK_ONE_R, (uint8_t)i, 0, 0, b->round[i]});
-  int at = (int)p->nterms, n1 = 0, n2 = 0;
-  if (!push_terms(p, mem, b->exact, &n1)) return false;
-  if (b->has_round && !push_terms(p, mem, b->round, &n2)) return false;
-  return push_op(p, mem, (pk_op){n2 ? PK_GEN : PK_POLY, (uint8_t)n2, (uint16_t)n1, at, 0});
+    for (int i = 0; i < b->n; i++)
+      if (b->round[i] != 0)
+        return push_op(p, mem, (pk_op){PK_ONE, (uint8_t)i, 1, 0, 0, 0, 0, b->round[i]});
+  int64_t at = (int64_t)p->nterms;
+  int n1 = 0, n2 = 0;
+  if (!push_terms(p, mem, b->exact, b->n, &n1)) return false;
+  if (b->has_round && !push_terms(p, mem, b->round, b->n, &n2)) return false;
+  return push_op(p, mem, (pk_op){PK_POLY, 0, 0, (uint8_t)n2, (uint16_t)n1, 0, 0, at});
 }
 
-
 /* c += d term by term; false (c unchanged) on overflow */
-static bool add_into(int64_t c[VR_MONOMIALS], const int64_t d[VR_MONOMIALS]) {
-  int64_t s[VR_MONOMIALS];
-  for (int i = 0; i < VR_MONOMIALS; i++)
+static bool add_into(int64_t *c, const int64_t *d, int n) {
+  int64_t s[VR_MAXMONO];
+  for (int i = 0; i < n; i++)
     if (!vr_add(c[i], d[i], &s[i])) return false;
-  memcpy(c, s, sizeof s);
+  memcpy(c, s, (size_t)n * sizeof *s);
   return true;
 }
 
 /* One size change into the op being built, or into a new one. */
-static bool take(vr_plan *p, const vr_mem *mem, building *b, const int64_t c[VR_MONOMIALS],
-                 bool exact) {
-  int sg = vr_coef_sign(c);
-  bool fits = b->open && sg != 0 && (sg > 0 || !b->allocs) && (exact || !b->has_round);
-  if (fits) {
-    if (!add_into(exact ? b->exact : b->round, c)) fits = false;
-  }
+static bool nonneg(const int64_t *c, int n) {
+  for (int i = 0; i < n; i++)
+    if (c[i] < 0) return false;
+  return true;
+}
+
+static bool nonpos(const int64_t *c, int n) {
+  for (int i = 0; i < n; i++)
+    if (c[i] > 0) return false;
+  return true;
+}
+
+/* One size change c into the op being built, or into a new one. The point
+ * before c (the end of the op so far) needs no check when c never lowers
+ * the live bytes (the point after it is as high), or when the op so far
+ * never raised them (the last checked point is as high); the points it
+ * already leaves unchecked are each below a later or an earlier checked
+ * one, so the peak over checked points is the peak. Sizes are >= 0, so a
+ * polynomial with no negative coefficient is >= 0, rounded or not. */
+static bool take(vr_plan *p, const vr_mem *mem, building *b, const int64_t *c, bool exact) {
+  int n = b->n;
+  bool fits = b->open && (exact || !b->has_round) &&
+              (nonneg(c, n) || (nonpos(b->exact, n) && nonpos(b->round, n)));
+  if (fits && !add_into(exact ? b->exact : b->round, c, n)) fits = false;
   if (!fits) {
     if (!close_op(p, mem, b)) return false;
     memset(b, 0, sizeof *b);
+    b->n = n;
     b->open = true;
-    memcpy(exact ? b->exact : b->round, c, sizeof b->exact);
+    memcpy(exact ? b->exact : b->round, c, (size_t)n * sizeof *c);
   }
   b->has_round |= !exact;
-  b->allocs |= sg > 0;
-  if (sg == 0) return close_op(p, mem, b); /* a mixed sign: a point of its own */
   return true;
 }
 
@@ -140,8 +157,25 @@ static int64_t sat_abs_add(int64_t a, int64_t b) {
   return s;
 }
 
+/* A composed layer's gradients, when no size changes them: their bytes
+ * once (po->rnd 1, gvals[po->n]); false when out of memory. */
+static bool constant_grads(const vr_trace *prog, vr_plan *p, size_t j, pk_op *po) {
+  int64_t m[VR_MAXMONO] = {1}, g = 0;
+  for (size_t k = j + 1; k < prog->n && prog->ops[k].kind == VR_OP_GRAD; k++)
+    for (int i = 1; i < prog->nmono; i++)
+      if (vr_trace_row(prog, k)[i] != 0) return true; /* evaluated each time */
+  if (!vr_trace_grads(prog, j, m, &g) || p->ng >= UINT16_MAX) return true;
+  if (!vr_mem_grow(&prog->mem, (void **)&p->gvals, &p->gcap, p->ng + 1, sizeof *p->gvals, 8))
+    return false;
+  p->gvals[p->ng] = g;
+  po->rnd = 1;
+  po->n = (uint16_t)p->ng++;
+  return true;
+}
+
 void vr_plan_free(vr_plan *p, const vr_mem *mem) {
   if (!p) return;
+  vr_mem_free(mem, p->gvals, p->gcap * sizeof *p->gvals);
   vr_mem_free(mem, p->ops, p->cap * sizeof *p->ops);
   vr_mem_free(mem, p->terms, p->tcap * sizeof *p->terms);
   vr_mem_free(mem, p, sizeof *p);
@@ -153,27 +187,35 @@ vr_plan *vr_plan_build(const vr_trace *prog) {
   if (!p) return NULL;
   memset(p, 0, sizeof *p);
   building b;
+  int n = prog->nmono;
   memset(&b, 0, sizeof b);
+  b.n = n;
   for (size_t j = 0; j < prog->n; j++) {
     const vr_op *op = &prog->ops[j];
+    const int64_t *c = vr_trace_row(prog, j);
     bool ok = true;
     switch (op->kind) {
-      case VR_OP_PHASE: break;
+      case VR_OP_PHASE:
+      case VR_OP_GRAD: /* read by its BULK_BWD */
+        break;
       case VR_OP_CONST:
       case VR_OP_DELTA: {
-        bool exact = op->kind == VR_OP_CONST || vr_coef_exact(op->coef, prog->round);
-        for (int i = 0; i < VR_MONOMIALS; i++) p->abs[i] = sat_abs_add(p->abs[i], op->coef[i]);
+        bool exact = op->kind == VR_OP_CONST || vr_coef_exact(c, n, prog->round);
+        for (int i = 0; i < n; i++) p->abs[i] = sat_abs_add(p->abs[i], c[i]);
         if (op->kind == VR_OP_DELTA) p->rounded++;
-        ok = take(p, mem, &b, op->coef, exact);
+        ok = take(p, mem, &b, c, exact);
         break;
       }
       default: {
         int kind = op->kind == VR_OP_MARK ? PK_MARK : op->kind == VR_OP_BULK_FWD ? PK_FWD
                    : op->kind == VR_OP_MEASURE ? PK_MEASURE : op->kind == VR_OP_BULK_BWD ? PK_BWD
                    : -1;
-        if (kind < 0 || j > INT32_MAX) ok = false; /* a program holds no other kinds */
-        else ok = close_op(p, mem, &b) && push_op(p, mem, (pk_op){(uint8_t)kind, 0, 0, (int32_t)j, 0});
+        pk_op po = {(uint8_t)kind, 0, 0, 0, 0, 0, 0, (int64_t)j};
+        if (kind < 0) ok = false; /* a program holds no other kinds */
+        else if (kind == PK_BWD) ok = constant_grads(prog, p, j, &po);
+        if (ok) ok = close_op(p, mem, &b) && push_op(p, mem, po);
         memset(&b, 0, sizeof b);
+        b.n = n;
       }
     }
     if (!ok) {
@@ -219,7 +261,9 @@ static int64_t max3(int64_t a, int64_t b, int64_t c) {
 /* The composed ops, as vr_trace_eval runs them; a layer's n backward
  * iterations in closed form: each moves live by the same net amount, so
  * the highest point is in the first or the last. */
-static bool composed(const vr_trace *prog, const vr_op *op, pk_state *s) {
+static bool composed(const vr_trace *prog, const pk_op *po, const int64_t *m, pk_state *s) {
+  size_t j = (size_t)po->c;
+  const vr_op *op = &prog->ops[j];
   int slot = op->slot >= 0 && op->slot < MAX_SLOTS ? op->slot : 0;
   int64_t x = 0;
   switch (op->kind) {
@@ -237,8 +281,9 @@ static bool composed(const vr_trace *prog, const vr_op *op, pk_state *s) {
       return true;
     }
     case VR_OP_BULK_BWD: {
-      int64_t exc = 0, net = 0, rel = 0, n = op->value, g = prog->round > 0 ? op->extra_rounded
-                                                                           : op->extra;
+      int64_t exc = 0, net = 0, rel = 0, n = op->value, g = 0;
+      if (po->rnd) g = prog->plan->gvals[po->n];
+      else if (!vr_trace_grads(prog, j, m, &g)) return false;
       if (!vr_sub(s->peak, s->start[slot], &exc) || !vr_sub(s->live, s->start[slot], &net) ||
           !vr_sub(g, net, &rel))
         return false;
@@ -266,9 +311,9 @@ static bool composed(const vr_trace *prog, const vr_op *op, pk_state *s) {
 
 /* The proof's bound: sum over monomials of abs x m, plus a block per
  * rounded size; false when it is not below SAFE. */
-static bool bounded(const vr_plan *p, const int64_t m[VR_MONOMIALS], int64_t round) {
+static bool bounded(const vr_plan *p, const int64_t *m, int nmono, int64_t round) {
   int64_t sum = 0, t = 0;
-  for (int i = 0; i < VR_MONOMIALS; i++)
+  for (int i = 0; i < nmono; i++)
     if (!vr_mul(p->abs[i], m[i], &t) || !vr_add(sum, t, &sum)) return false;
   if (round > 0 && (!vr_mul(p->rounded, round, &t) || !vr_add(sum, t, &sum))) return false;
   return sum < SAFE;
@@ -282,50 +327,69 @@ static inline int64_t round_to(int64_t x, int64_t r) {
   return x < 0 ? x - (r + q) : x + (r - q);
 }
 
-/* The fast path; false: the proof did not hold (the caller evaluates checked). */
-static bool fast(const vr_trace *prog, const int64_t m[VR_MONOMIALS], int64_t *peak) {
+/* the same for a power-of-two block (mask = block - 1; 0: none), without
+ * a division or a branch */
+static inline int64_t round_mask(int64_t x, int64_t mask) {
+  int64_t sg = -(int64_t)(x < 0), a = (x ^ sg) - sg;
+  a = (a + mask) & ~mask;
+  return (a ^ sg) - sg;
+}
+
+/* The plan's loop; pow2: the block is a power of two (or none). Most ops
+ * are one term, evaluated without a branch on their kind. */
+static inline bool run(const vr_trace *prog, const int64_t *m, int64_t *peak, bool pow2) {
   const vr_plan *p = prog->plan;
   const pk_term *terms = p->terms;
-  int64_t round = prog->round;
-  if (!bounded(p, m, round)) return false;
+  int64_t round = prog->round, mask = round > 0 ? round - 1 : 0;
   pk_state s;
-  s.live = s.peak = s.before = s.flow = 0;
+  int64_t live = 0, top = 0; /* s.live and s.peak, kept in registers */
+  s.before = s.flow = 0;
   for (size_t j = 0; j < p->n; j++) {
     const pk_op *op = &p->ops[j];
-    int64_t x = 0, y = 0;
-    switch (op->kind) {
-      case PK_CONST: x = op->c; break;
-      case PK_ONE: x = op->c * m[op->mono]; break;
-      case PK_ONE_R: x = round_to(op->c * m[op->mono], round); break;
-      case PK_POLY:
-        for (int i = 0; i < op->n; i++) x += terms[op->at + i].coef * m[terms[op->at + i].mono];
-        break;
-      case PK_GEN:
-        for (int i = 0; i < op->n; i++) x += terms[op->at + i].coef * m[terms[op->at + i].mono];
-        for (int i = op->n; i < op->n + op->mono; i++)
-          y += terms[op->at + i].coef * m[terms[op->at + i].mono];
-        x += round_to(y, round);
-        break;
-      default:
-        if (!composed(prog, &prog->ops[op->at], &s)) return false;
-        /* what the composed ops moved keeps the proof's margin */
-        if (s.flow >= SAFE) return false;
-        continue;
+    int64_t x = 0;
+    if (op->kind == PK_ONE) {
+      x = op->c * m[op->mono];
+      int64_t r = pow2 ? round_mask(x, mask) : round_to(x, round);
+      x = op->rnd ? r : x;
+    } else if (op->kind == PK_POLY) {
+      int64_t y = 0;
+      const pk_term *t = terms + op->c;
+      for (int i = 0; i < op->n; i++) x += t[i].coef * m[t[i].mono];
+      for (int i = op->n; i < op->n + op->nround; i++) y += t[i].coef * m[t[i].mono];
+      x += pow2 ? round_mask(y, mask) : round_to(y, round);
+    } else {
+      s.live = live;
+      s.peak = top;
+      if (!composed(prog, op, m, &s)) return false;
+      /* what the composed ops moved keeps the proof's margin */
+      if (s.flow >= SAFE) return false;
+      live = s.live;
+      top = s.peak;
+      continue;
     }
-    s.live += x;
-    if (s.live > s.peak) s.peak = s.live;
+    live += x;
+    top = live > top ? live : top;
   }
-  *peak = s.peak > s.before ? s.peak : s.before;
+  *peak = top > s.before ? top : s.before;
   return true;
 }
 
-bool vr_trace_peak(const vr_trace *prog, int64_t batch, int64_t seq, int64_t *peak) {
-  int64_t m[VR_MONOMIALS] = {1, batch, seq, 0, 0, 0};
-  if (prog->plan && batch >= 0 && seq >= 0 && vr_mul(batch, seq, &m[3]) &&
-      vr_mul(seq, seq, &m[4]) && vr_mul(m[4], batch, &m[5]) && fast(prog, m, peak))
+/* The fast path; false: the proof did not hold (the caller evaluates checked). */
+static bool fast(const vr_trace *prog, const int64_t *m, int64_t *peak) {
+  int64_t round = prog->round;
+  if (!bounded(prog->plan, m, prog->nmono, round)) return false;
+  if (round <= 0 || (round & (round - 1)) == 0) return run(prog, m, peak, true);
+  return run(prog, m, peak, false);
+}
+
+bool vr_trace_peak(const vr_trace *prog, const int64_t *sizes, int64_t *peak) {
+  int64_t m[VR_MAXMONO];
+  bool natural = true; /* the plan's signs hold for sizes >= 0 */
+  for (int v = 0; v < prog->grid.nvars; v++) natural = natural && sizes[v] >= 0;
+  if (natural && prog->plan && vr_trace_monomials(prog, sizes, m) && fast(prog, m, peak))
     return true;
   vr_trace_result r;
-  if (!vr_trace_eval(prog, batch, seq, &r)) return false;
+  if (!vr_trace_eval(prog, sizes, &r)) return false;
   *peak = r.peak;
   return true;
 }

@@ -43,3 +43,76 @@ for _, c in ipairs(CASES) do
   print(("  compiled (%.0f ms once, %d ops, %d in its peak plan): %.0f estimates per second "
     .. "(%.2f us each)"):format(compile_ms, #est.prog, est.prog:plan_len(), m / dc, dc / m * 1e6))
 end
+
+-- Every knob of the Qwen3-VL-4B step compiled (stdlib/knobs.lua): for each
+-- knob, its values answered once (the first use of a structure compiles
+-- it), then cycled for SECONDS: the steady rate. PEER_US (tests/bench/run.sh
+-- passes llm-analysis's time per estimate, measured in the same run) gives
+-- the ratio.
+local knobs = require("stdlib.knobs")
+local peer_us = tonumber((select(2, ...)))
+local function range(a, b, step, f)
+  local out = {}
+  for v = a, b, step do out[#out + 1] = f(v) end
+  return out
+end
+local vlm = CASES[1][2]
+local lora = { model = vlm.model, run = {} }
+for k, v in pairs(vlm.run) do lora.run[k] = v end
+lora.run.lora = { rank = 16 }
+local KNOBS = {
+  { "batch 1..64", vlm, range(1, 64, 1, function(v) return { batch = v } end) },
+  { "seq 64..4096", vlm, range(64, 4096, 64, function(v) return { seq = v } end) },
+  { "image pixels (60 sizes, 256..2048 x 4 heights)", vlm, (function()
+    local out = {}
+    for w = 256, 2048, 128 do
+      for _, h in ipairs({ 336, 448, 672, 1024 }) do
+        out[#out + 1] = { image = { width = w, height = h } }
+      end
+    end
+    return out
+  end)() },
+  { "image count 1..4", vlm, range(1, 4, 1, function(v) return { images = v } end) },
+  { "LoRA rank 4..256 (LoRA spec)", lora, range(4, 256, 4, function(v) return { lora_rank = v } end) },
+  { "grad accumulation 1, 2, 4", vlm, { { grad_accum = 1 }, { grad_accum = 2 }, { grad_accum = 4 } } },
+  { "micro-batch x accumulation (16 pairs)", vlm, (function()
+    local out = {}
+    for _, b in ipairs({ 1, 2, 4, 8 }) do
+      for _, a in ipairs({ 1, 2, 4, 8 }) do
+        if a <= 4 then out[#out + 1] = { batch = b, grad_accum = a } end
+      end
+    end
+    return out
+  end)() },
+  { "text layers 9, 18, 27, 36", vlm, range(9, 36, 9, function(v) return { layers = v } end) },
+  { "vision layers 18, 24", vlm, { { vision_layers = 18 }, { vision_layers = 24 } } },
+  { "checkpointing none, full, every 2nd layer", vlm,
+    { { ckpt = "none" }, { ckpt = "full" }, { ckpt = 2 } } },
+}
+print("Qwen3-VL-4B training step, every knob compiled (stdlib/knobs.lua)"
+  .. (peer_us and (", llm-analysis %.1f us per estimate in this run"):format(peer_us) or ""))
+local registry = require("models.registry")
+local made = {}
+for _, c in ipairs(KNOBS) do
+  local name, sp, values = c[1], c[2], c[3]
+  local tc = os.clock()
+  local K = made[sp] or knobs.new(sp, here, registry)
+  local new_s = made[sp] and 0 or os.clock() - tc
+  made[sp] = K
+  local p0, c0 = K.programs, K.compile_s
+  local t0 = os.clock()
+  for _, k in ipairs(values) do K:peak(k) end
+  local first = os.clock() - t0
+  local m, t1, nv = 0, os.clock(), #values
+  repeat
+    for i = 1, nv do K:peak(values[i]) end
+    m = m + nv
+  until os.clock() - t1 >= secs
+  local dc = os.clock() - t1
+  local us = dc / m * 1e6
+  print(("  %s: %d values first in %.0f ms (%d programs compiled, %.0f ms)%s; then %.0f "
+    .. "estimates per second (%.2f us each)%s"):format(name, nv, first * 1000,
+    K.programs - p0, (K.compile_s - c0) * 1000,
+    new_s > 0 and (", set-up %.0f ms"):format(new_s * 1000) or "", m / dc, us,
+    peer_us and (", %.0fx llm-analysis"):format(peer_us / us) or ""))
+end

@@ -2,7 +2,8 @@
 # Benchmark (not a test): tests/bench/run.sh /path/to/vramlua [SECONDS]
 #   1. start-up: `vramlua run` on an empty script
 #   2. evaluations per second of primitives (tests/bench/primitives.lua)
-#   3. full and compiled estimates per second (tests/bench/estimates.lua)
+#   3. full and compiled estimates per second (tests/bench/estimates.lua), and
+#      for every knob of the Qwen3-VL-4B step, beside llm-analysis's time
 #   4. side by side with llm-analysis (tests/bench/peer/, Debian's
 #      /usr/bin/python3) on the decoder of examples/specs/qwen2_5_1_5b_full.yaml:
 #      one estimate in-process and one whole process each, as a ratio
@@ -58,7 +59,16 @@ echo "  the built-in Lua parsed as text (VRAMLUA_SOURCE_ONLY=1): estimate" \
 # the in-process figures take SECONDS each, past the default 10 s budget
 "$V" --max-seconds 3600 run "$HERE/primitives.lua" "$SECS"
 
-"$V" --max-seconds 3600 run "$HERE/estimates.lua" "$SECS"
+# llm-analysis on the Qwen3-VL-4B step's text decoder (36 layers, 32 heads,
+# 8 KV heads, hidden 2560, FFN 9728, vocab 151936; batch 4 x 708 = 512 text
+# + 196 image tokens, no recomputation; it has no vision tower), timed in
+# this run: estimates.lua reports each knob's rate as a ratio to it
+VLM_US=
+if [ -x /usr/bin/python3 ]; then
+  VLM_US=$(/usr/bin/python3 "$HERE/peer/peer.py" "$SECS" qwen3-vl-4b-text 36 32 8 2560 9728 \
+    151936 4 708 0 2>/dev/null | sed -n 's/.*: \([0-9.]*\) us per estimate.*/\1/p' || true)
+fi
+"$V" --max-seconds 3600 run "$HERE/estimates.lua" "$SECS" $VLM_US
 
 # 4. the same decoder, the same run: Qwen2.5-1.5B (28 layers, 12 heads, 2 KV
 # heads, hidden 1536, FFN 8960, vocab 151936), batch 4 x 1024, bf16, flash

@@ -63,6 +63,7 @@ local MODULES = {
   "test_fastpath",
   "test_compose",
   "test_xla",
+  "test_knobs",
 }
 
 local T = { passed = 0, failed = 0, tmpfile = nil }

@@ -636,12 +636,12 @@ local function tiny_program()
     traces[i] = t:take_trace()
     names = t:names()
   end
-  return traces, names
+  return traces, names, probes
 end
 
 function tests.a_finalized_program_reached_through_a_weak_table_should_raise()
-  local traces, names = tiny_program()
-  local prog = assert(vram.fit_program(traces, names))
+  local traces, names, probes = tiny_program()
+  local prog = assert(vram.fit_program(traces, names, nil, probes, { 1, 2 }))
   T.eq(prog:peak(4, 8), 4 * 4 * 8)
   -- Lua clears a weak key whose finalizer ran only in the next cycle
   local weak = setmetatable({}, { __mode = "k" })
@@ -658,12 +658,34 @@ function tests.a_finalized_program_reached_through_a_weak_table_should_raise()
 end
 
 function tests.a_program_should_raise_when_its_bytes_overflow()
-  local traces, names = tiny_program()
-  local prog = assert(vram.fit_program(traces, names))
+  local traces, names, probes = tiny_program()
+  local prog = assert(vram.fit_program(traces, names, nil, probes, { 1, 2 }))
   T.eq(prog:peak(1 << 20, 1 << 20), 4 << 40)
-  T.raises(function() prog:peak(1 << 31, 1 << 31) end, "sizes overflow int64 at batch 2147483648")
+  T.raises(function() prog:peak(1 << 31, 1 << 31) end, "sizes overflow int64 at 2147483648, 2147483648")
   -- 4 * B * T with B * T = 2^62: the product fits, the bytes do not
   T.raises(function() prog:peak(1 << 40, 1 << 22) end, "sizes overflow int64")
+  T.raises(function() prog:peak(4) end, "this program takes 2 sizes, got 1")
+  -- a third size of degree 1: 4 B T + 64 B R
+  local r3 = {}
+  for _, p in ipairs(probes) do r3[#r3 + 1] = p end
+  local grid = {}
+  for _, b in ipairs({ 1, 2 }) do
+    for _, t in ipairs({ 1, 2, 3 }) do
+      for _, r in ipairs({ 8, 9 }) do grid[#grid + 1] = { b, t, r } end
+    end
+  end
+  grid[#grid + 1] = { 3, 5, 16 }
+  local tr3, nm3 = {}, nil
+  for i, p in ipairs(grid) do
+    local t = vram.tape()
+    t:trace(p[1], p[2])
+    t:drop(t:alloc(p[1] * p[2] * 4 + 64 * p[1] * p[3], "activations", "x"))
+    tr3[i], nm3 = t:take_trace(), t:names()
+  end
+  local p3 = assert(vram.fit_program(tr3, nm3, nil, grid, { 1, 2, 1 }))
+  T.eq(p3:peak(7, 1000, 64), 4 * 7 * 1000 + 64 * 7 * 64)
+  T.eq(select(2, vram.fit_program(tr3, nm3, nil, grid, { 1, 2, 2 })),
+    "needs the grid's probes and at least one more to confirm")
 end
 
 -- ------------------------------------------------------------ units and rounding (issue 11)

@@ -190,13 +190,16 @@ static vr_status run_program(failing *f, int64_t *peak) {
   if (st == VR_OK) {
     const char *why = NULL;
     const vr_trace *p[7] = {tr[0], tr[1], tr[2], tr[3], tr[4], tr[5], tr[6]};
-    vr_trace *prog = vr_trace_fit(p, 7, 512, &why);
+    const vr_grid g = {2, {1, 2}, {1, 1}};
+    int64_t sizes[14], at[2] = {4, 9};
+    for (int i = 0; i < 7; i++) sizes[2 * i] = PB[i], sizes[2 * i + 1] = PT[i];
+    vr_trace *prog = vr_trace_fit(p, 7, &g, sizes, 512, &why);
     vr_trace_result r;
     if (!prog) {
       ck_assert_str_eq(why, "out of memory");
       st = VR_ENOMEM;
     } else {
-      ck_assert(vr_trace_eval(prog, 4, 9, &r));
+      ck_assert(vr_trace_eval(prog, at, &r));
       *peak = r.peak;
     }
     vr_trace_free(prog);

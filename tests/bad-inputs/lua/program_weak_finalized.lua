@@ -12,7 +12,7 @@ for i, p in ipairs(probes) do
   names = t:names()
 end
 local weak = setmetatable({}, { __mode = "k" })
-weak[assert(vram.fit_program(traces, names))] = true
+weak[assert(vram.fit_program(traces, names, nil, probes, { 1, 2 }))] = true
 collectgarbage()
 for p in pairs(weak) do print(p:peak(4, 8)) print(#p) end
 for _, tr in ipairs(traces) do print(#tr) end

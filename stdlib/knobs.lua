@@ -1,0 +1,223 @@
+-- Compiled estimates over every knob of a run spec: the same bytes as
+-- normalizing the spec with the knobs applied and simulating it
+-- (stdlib/step.lua), in microseconds once compiled.
+--
+--   local K = require("stdlib.knobs").new(spec_table, where, families)
+--   K:peak{ batch = 8, seq = 1024, lora_rank = 32, image = { width = 640, height = 480 },
+--           images = 2, layers = 24, vision_layers = 18, ckpt = "full", grad_accum = 4 }
+--   K:eval{...} -> {peak, peak_phase, peak_op, at_peak}
+--
+-- batch, seq, the LoRA rank and an image's pixels (through the family's
+-- processor, to merged tokens) are symbolic sizes of one program
+-- (stdlib/compiled.lua). The others change the op structure: one program
+-- per combination, compiled on first use (one spec normalization and a grid
+-- of traced probes) and kept. A knob left out keeps the spec's value. A size
+-- the program cannot be a polynomial in (K.refused says why) is compiled
+-- per value instead.
+local compiled = require("stdlib.compiled")
+local errors = require("stdlib.errors")
+local spec = require("stdlib.spec")
+local step = require("stdlib.step")
+
+local M = {}
+
+local deep = require("stdlib.run").copy -- a deep copy of a table (a spec, a config)
+
+local function sub(t, k)
+  t[k] = t[k] or {}
+  return t[k]
+end
+
+-- How each knob edits a copy of the spec (base: the spec's normalized run).
+local EDIT = {
+  batch = function(s, v) s.run.batch = v end,
+  seq = function(s, v) s.run.seq = v end,
+  lora_rank = function(s, v) sub(s.run, "lora").rank = v end,
+  image = function(s, v)
+    local im = sub(s.run, "images")
+    im.width, im.height, im.max_pixels = v.width, v.height, v.max_pixels
+  end,
+  images = function(s, v) sub(s.run, "images").count = v end,
+  grad_accum = function(s, v) s.run.grad_accum = v end,
+  ckpt = function(s, v) s.run.grad_checkpointing = v end,
+  layers = function(s, v) sub(s.model, "overrides").num_hidden_layers = v end,
+  vision_layers = function(s, v, base)
+    local vc = base.hf_config.vision_config
+    if type(vc) ~= "table" then errors.input(nil, "vision_layers", "the model has no vision tower") end
+    vc = deep(vc)
+    vc.depth, vc.num_hidden_layers = vc.depth and v, vc.num_hidden_layers and v
+    sub(s.model, "overrides").vision_config = vc
+  end,
+}
+M.KNOBS = {}
+for name in pairs(EDIT) do M.KNOBS[#M.KNOBS + 1] = name end
+table.sort(M.KNOBS)
+
+-- The knobs that change the op structure, in the cache's order; lora_rank
+-- and image join them when they cannot be symbolic.
+local STRUCTURAL = { "layers", "vision_layers", "images", "ckpt", "grad_accum" }
+
+local K = {}
+K.__index = K
+
+-- The spec with knobs k applied (every knob of k, symbolic or not).
+function K:spec_with(k)
+  local s = deep(self.spec)
+  s.run, s.model = s.run or {}, s.model or {}
+  for name, v in pairs(k) do
+    local edit = EDIT[name] or errors.input(self.where, name, ("is not a knob (knobs: %s)")
+      :format(table.concat(M.KNOBS, ", ")))
+    edit(s, v, self.base)
+  end
+  return s
+end
+
+-- The simulator's own answer for knobs k (what the programs must equal).
+function K:simulate(k)
+  return step.run(spec.normalize(self:spec_with(k), self.where, self.families))
+end
+
+-- Merged tokens per image for image = {width, height, max_pixels}: the
+-- family's own processor rule and grid (its simulator description).
+function K:tokens(image)
+  local byw = self.token_memo[image.width] or {}
+  self.token_memo[image.width] = byw
+  local key = image.height * 65536 + (image.max_pixels or 0) -- pixels stay far below 2^47
+  local u = byw[key]
+  if u then return u end
+  local d = self.family.simulator(self.model,
+    { count = 1, width = image.width, height = image.height, max_pixels = image.max_pixels })
+  local f = d.vlm.pixel_shuffle_factor or 1
+  u = d.vision.grid_h * d.vision.grid_w // (f * f)
+  byw[key] = u
+  return u
+end
+
+-- The program (or nil: simulated) for the structure of k.
+function K:entry(k)
+  local structural = self.is_structural
+  for name in next, k do
+    if structural[name] then return self:find(k) end
+    if not EDIT[name] then self:spec_with({ [name] = true }) end -- raises: not a knob
+  end
+  return self.base_entry -- the spec's own structure: most calls
+end
+
+function K:find(k)
+  local node = self.cache
+  for _, name in ipairs(self.structural) do
+    local v = k[name]
+    if v == nil then v = false end
+    if name == "image" and v then v = ("%dx%d/%s"):format(v.width, v.height, v.max_pixels or "") end
+    local nx = node[v]
+    if not nx then
+      nx = {}
+      node[v] = nx
+    end
+    node = nx
+  end
+  local e = node[true]
+  if e == nil then
+    local ks = {} -- the structure's knobs; the symbolic ones at the spec's values
+    for _, name in ipairs(self.structural) do ks[name] = k[name] end
+    local t0 = os.clock()
+    local run = spec.normalize(self:spec_with(ks), self.where, self.families)
+    local est, why = compiled.try(run, self.symbolic)
+    self.compile_s = self.compile_s + (os.clock() - t0)
+    self.programs = self.programs + 1
+    e = est or false
+    if est then est.own, est.n = est:own(), #est.sizes else self.failed[#self.failed + 1] = why end
+    node[true] = e
+  end
+  return e or nil
+end
+
+-- Symbolic size i of program e for knobs k.
+local function size_of(self, k, e, i)
+  local name = e.sizes[i]
+  if name == "lora_rank" then return k.lora_rank or e.own[i] end
+  return k.image and self:tokens(k.image) or e.own[i]
+end
+
+-- e's answer at the sizes of k (method: e.peak or e.eval).
+local function answer(self, e, k, method)
+  local own, n = e.own, e.n
+  local b, t = k.batch or own[1], k.seq or own[2]
+  if n == 2 then return method(e, b, t) end
+  if n == 3 then return method(e, b, t, size_of(self, k, e, 3)) end
+  return method(e, b, t, size_of(self, k, e, 3), size_of(self, k, e, 4))
+end
+
+function K:peak(k)
+  local e = self:entry(k)
+  if not e then return self:simulate(k).peak end
+  return answer(self, e, k, e.peak)
+end
+
+function K:eval(k)
+  local e = self:entry(k)
+  if not e then
+    local st = self:simulate(k)
+    return { peak = st.peak, peak_phase = st.peak_phase, peak_op = st.peak_op,
+      at_peak = st.at_peak }
+  end
+  return answer(self, e, k, e.eval)
+end
+
+-- The symbolic sizes for the base run: all it has, else the largest subset
+-- a program takes (each size left out refused, with the reason); and the
+-- base structure's program.
+local function symbolic(self, base, want)
+  local est, why = compiled.try(base, want)
+  if est then return want, est end
+  local keep = {}
+  for _, name in ipairs(want) do
+    local e1, w1 = compiled.try(base, { name })
+    if e1 then keep[#keep + 1] = name else self.refused[name] = w1 end
+  end
+  if #keep == #want then -- each alone but not together
+    for i = 2, #keep do self.refused[keep[i]] = why end
+    keep = { keep[1] }
+  end
+  return keep, compiled.try(base, keep)
+end
+
+-- spec_table: a run spec ({model, run}); families: the model registry.
+function M.new(spec_table, where, families)
+  if spec_table.parallel ~= nil then
+    errors.input(where, "parallel", "a multi-GPU layout is not compiled (stdlib/parallel.lua "
+      .. "simulates each role)")
+  end
+  local base = spec.normalize(spec_table, where, families)
+  local self = setmetatable({ spec = deep(spec_table), where = where, families = families,
+    base = base, cache = {}, token_memo = {}, programs = 0, compile_s = 0, failed = {},
+    refused = {} }, K)
+  -- the symbolic sizes: those the base run has and a program can take
+  local want = {}
+  if compiled.SIZES.lora_rank.applies(base) then want[#want + 1] = "lora_rank" end
+  if compiled.SIZES.image_tokens.applies(base) then
+    local family, typed = families.find(base.hf_config, base.config_path)
+    self.family, self.model = family, family.read(typed, base.config_path)
+    if family.simulator then want[#want + 1] = "image_tokens" end
+  end
+  local t0 = os.clock()
+  local est
+  self.symbolic, est = symbolic(self, base, want)
+  self.structural = { table.unpack(STRUCTURAL) }
+  local has = {}
+  for _, n in ipairs(self.symbolic) do has[n] = true end
+  if not has.lora_rank then self.structural[#self.structural + 1] = "lora_rank" end
+  if not has.image_tokens then self.structural[#self.structural + 1] = "image" end
+  -- the spec's own structure: every structural knob left out
+  local node = self.cache
+  for _ in ipairs(self.structural) do node = sub(node, false) end
+  node[true] = est or false
+  if est then est.own, est.n = est:own(), #est.sizes end
+  self.base_entry = est or nil
+  self.is_structural = {}
+  for _, n in ipairs(self.structural) do self.is_structural[n] = true end
+  self.programs, self.compile_s = 1, os.clock() - t0
+  return self
+end
+
+return M

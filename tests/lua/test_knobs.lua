@@ -1,0 +1,131 @@
+-- Compiled estimates over every knob (stdlib/knobs.lua, stdlib/compiled.lua)
+-- against the simulator itself: for each knob, values that were probes and
+-- values that were not, the spec with the knob applied by hand here,
+-- normalized and simulated (stdlib/step.lua). The bytes must be the same.
+local vram = require("vram")
+local spec = require("stdlib.spec")
+local step = require("stdlib.step")
+local knobs = require("stdlib.knobs")
+local compiled = require("stdlib.compiled")
+local registry = require("models.registry")
+
+local root = vram.share_dir
+local where = root .. "/tests/lua/spec.yaml"
+
+local tests = {}
+
+local copy = require("stdlib.run").copy -- deep
+
+-- Qwen3-VL-4B with 3 text layers (the vision tower keeps its 24: DeepStack
+-- reads blocks 5, 11 and 17), LoRA r8, bf16, sdpa, the PyTorch CUDA
+-- allocator's 512-byte blocks.
+local BASE = { model = { preset = "qwen3_vl_4b_instruct", overrides = { num_hidden_layers = 3 } },
+  run = { mode = "train", batch = 2, seq = 48, precision = { params = "bf16" },
+    attention = "sdpa", images = { width = 320, height = 256 }, lora = { rank = 8 } } }
+
+-- The simulator's answer with the knobs applied to the spec by hand.
+local function simulated(base, k)
+  local s = copy(base)
+  local r = s.run
+  r.batch, r.seq = k.batch or r.batch, k.seq or r.seq
+  if k.lora_rank then r.lora.rank = k.lora_rank end
+  if k.image then r.images.width, r.images.height = k.image.width, k.image.height end
+  if k.images then r.images.count = k.images end
+  if k.grad_accum then r.grad_accum = k.grad_accum end
+  if k.ckpt then r.grad_checkpointing = k.ckpt end
+  if k.layers then s.model.overrides.num_hidden_layers = k.layers end
+  if k.vision_layers then
+    local cfg = spec.normalize(base, where, registry).hf_config
+    local vc = copy(cfg.vision_config)
+    vc.depth = k.vision_layers
+    s.model.overrides.vision_config = vc
+  end
+  return step.run(spec.normalize(s, where, registry))
+end
+
+local function describe(k)
+  local parts = {}
+  for name, v in pairs(k) do
+    parts[#parts + 1] = name .. "=" .. (type(v) == "table" and (v.width .. "x" .. v.height)
+      or tostring(v))
+  end
+  table.sort(parts)
+  return table.concat(parts, " ")
+end
+
+local function same(K, base, list)
+  for _, k in ipairs(list) do
+    local want = simulated(base, k)
+    local what = describe(k)
+    T.eq(K:peak(k), want.peak, what .. ": peak")
+    local e = K:eval(k)
+    T.eq(e.peak, want.peak, what .. ": eval peak")
+    T.eq(e.peak_phase, want.peak_phase, what .. ": phase")
+    T.eq(e.at_peak, want.at_peak, what .. ": breakdown")
+  end
+end
+
+-- batch, seq, the LoRA rank and the image are sizes of one program: one
+-- compiled set-up answers them all, probes or not (the probes: batch 1-4,
+-- seq 1-7, rank 8, 9, 11, 16, tokens 64-66, 72, 90).
+function tests.symbolic_knobs_equal_the_simulation()
+  local K = knobs.new(BASE, where, registry)
+  T.eq(K.symbolic, { "lora_rank", "image_tokens" }, "LoRA rank and image tokens are symbolic")
+  same(K, BASE, {
+    { batch = 7 }, { batch = 1 }, { batch = 2, seq = 1 }, { batch = 1, seq = 1 },
+    { seq = 333 }, { seq = 5 }, { batch = 16, seq = 4096 },
+    { lora_rank = 1 }, { lora_rank = 3 }, { lora_rank = 40 }, { lora_rank = 128 },
+    { image = { width = 256, height = 256 } }, { image = { width = 1024, height = 768 } },
+    { image = { width = 640, height = 480 } }, { image = { width = 300, height = 900 } },
+    { batch = 5, seq = 200, lora_rank = 24, image = { width = 800, height = 600 } },
+    { batch = 1, seq = 64, lora_rank = 2, image = { width = 448, height = 448 } },
+  })
+  T.eq(K.programs, 1, "one program for all of them")
+end
+
+-- Layer counts, checkpointing, accumulation and the image count change the
+-- op structure: a program each, compiled on first use, kept.
+function tests.structural_knobs_equal_the_simulation()
+  local K = knobs.new(BASE, where, registry)
+  same(K, BASE, {
+    { layers = 2 }, { layers = 5, batch = 3 }, { vision_layers = 18 },
+    { vision_layers = 20, image = { width = 512, height = 384 } },
+    { images = 2 }, { images = 3, seq = 100, lora_rank = 20 },
+    { ckpt = "full" }, { ckpt = 2, batch = 4 }, { ckpt = "full", seq = 1 },
+    { grad_accum = 2 }, { grad_accum = 3, batch = 1 },
+    { layers = 4, images = 2, ckpt = "full", grad_accum = 2, batch = 3, seq = 70,
+      lora_rank = 12, image = { width = 700, height = 500 } },
+  })
+  local before = K.programs
+  T.eq(K:peak({ layers = 2 }), simulated(BASE, { layers = 2 }).peak, "again")
+  T.eq(K.programs, before, "a structure is compiled once")
+end
+
+-- Without LoRA the rank is no size of the program: a knob that adds
+-- adapters is a structure of its own.
+function tests.a_rank_without_lora_in_the_spec_is_a_structure()
+  local base = copy(BASE)
+  base.run.lora = nil
+  local K = knobs.new(base, where, registry)
+  T.eq(K.symbolic, { "image_tokens" })
+  local s = copy(base)
+  s.run.lora = { rank = 4 }
+  T.eq(K:peak({ lora_rank = 4 }), step.run(spec.normalize(s, where, registry)).peak, "rank 4")
+end
+
+-- A size that is not a polynomial of the program's sizes is refused with the
+-- reason: a chunked loss's chunk is min(chunk_rows, rows).
+function tests.a_size_that_is_no_polynomial_is_refused()
+  local run = spec.normalize({ model = { preset = "qwen2_5_1_5b_instruct",
+    overrides = { num_hidden_layers = 2 } }, run = { batch = 2, seq = 64, lora = { rank = 8 },
+    loss = { impl = "chunked", chunk_rows = 4 } } }, where, registry)
+  local est, why = compiled.try(run, { "lora_rank" })
+  T.eq(est, nil)
+  T.ok(why:find("cannot be compiled", 1, true), why)
+  T.raises(function() compiled.compile(run, where, { sizes = { "image_tokens" } }) end,
+    "this run has no image_tokens to compile over")
+  T.raises(function() knobs.new(BASE, where, registry):peak({ nlayers = 3 }) end,
+    "nlayers: is not a knob")
+end
+
+return tests
