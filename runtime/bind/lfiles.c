@@ -239,7 +239,10 @@ int vb_open_text(lua_State *L) {
   return 1;
 }
 
-int vb_open_regular(const char *path, const char **why) {
+/* vb_open_regular, its fstat in *st; blocking: whether O_NONBLOCK is
+ * cleared again (a FILE reader needs it; read() of a regular file never
+ * blocks, so slurp keeps it and saves two system calls a module). */
+static int open_regular(const char *path, const char **why, struct stat *st, int blocking) {
   static char msg[160];
   /* O_NONBLOCK: opening a FIFO with no writer would otherwise wait forever */
   int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
@@ -248,15 +251,15 @@ int vb_open_regular(const char *path, const char **why) {
     *why = msg;
     return -1;
   }
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
+  if (fstat(fd, st) != 0) {
     snprintf(msg, sizeof msg, "cannot open: %s", strerror(errno));
     *why = msg;
-  } else if (S_ISDIR(st.st_mode)) {
+  } else if (S_ISDIR(st->st_mode)) {
     *why = "is a directory";
-  } else if (!S_ISREG(st.st_mode)) {
+  } else if (!S_ISREG(st->st_mode)) {
     *why = "not a regular file (a FIFO, device or socket); give a file";
   } else {
+    if (!blocking) return fd;
     int fl = fcntl(fd, F_GETFL);
     if (fl != -1 && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != -1) return fd;
     snprintf(msg, sizeof msg, "cannot open: %s", strerror(errno));
@@ -264,6 +267,11 @@ int vb_open_regular(const char *path, const char **why) {
   }
   close(fd);
   return -1;
+}
+
+int vb_open_regular(const char *path, const char **why) {
+  struct stat st;
+  return open_regular(path, why, &st, 1);
 }
 
 typedef struct {
@@ -388,19 +396,18 @@ static int load_source(lua_State *L, const char *s, size_t n) {
  * reads the general way (vb_read_file), whose errors say why. */
 static char *slurp(lua_State *L, const char *path, size_t *n, size_t *cap) {
   const char *why = NULL;
-  int fd = vb_open_regular(path, &why);
-  if (fd < 0) return NULL;
   struct stat st;
+  int fd = open_regular(path, &why, &st, 0);
+  if (fd < 0) return NULL;
   char *s = NULL;
-  if (fstat(fd, &st) == 0 && st.st_size >= 0 && st.st_size < ((off_t)64 << 20)) {
-    size_t size = (size_t)st.st_size, got = 0;
+  if (st.st_size >= 0 && st.st_size < ((off_t)64 << 20)) {
+    size_t size = (size_t)st.st_size;
     void *ud = NULL;
     lua_Alloc alloc = lua_getallocf(L, &ud);
     *cap = size + 1; /* one byte more: a file that grew is not read short */
     s = (char *)alloc(ud, NULL, 0, *cap);
-    ssize_t k = 1;
-    while (s && got < *cap && (k = read(fd, s + got, *cap - got)) > 0) got += (size_t)k;
-    if (s && (k < 0 || got != size)) {
+    /* a regular file reads short only at its end */
+    if (s && read(fd, s, *cap) != (ssize_t)size) {
       alloc(ud, s, *cap, 0);
       s = NULL;
     }
