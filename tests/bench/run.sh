@@ -55,6 +55,11 @@ echo "  the built-in Lua parsed as text (VRAMLUA_SOURCE_ONLY=1): estimate" \
   "qwen2_5_1_5b_full.yaml $(VRAMLUA_SOURCE_ONLY=1 wall "$V" estimate \
   examples/specs/qwen2_5_1_5b_full.yaml --json), precompiled: $(wall "$V" estimate \
   examples/specs/qwen2_5_1_5b_full.yaml --json)"
+# issue 18's lever that a flag can switch back: the instruction hook (every
+# sandboxed run counted instructions before; now only --max-instructions or
+# --stats does)
+echo "  with the instruction hook (--max-instructions 1000000000, the old default): $(wall \
+  "$V" --max-instructions 1000000000 estimate examples/specs/qwen2_5_1_5b_full.yaml --json)"
 
 # the in-process figures take SECONDS each, past the default 10 s budget
 "$V" --max-seconds 3600 run "$HERE/primitives.lua" "$SECS"
