@@ -20,10 +20,28 @@ typedef struct {
   vr_tape *t;
 } ltape;
 
+/* The methods' upvalues: the tape metatable, then the field names the
+ * tensor-reading methods look up (pushed once, not made from C strings on
+ * every call). */
+enum { UP_META = 1, UP_ID, UP_RG, UP_B, UP_N = UP_B };
+
+/* Argument 1 as a tape box: a metatable compare against the methods' own
+ * upvalue (luaL_checkudata finds the metatable by name on every call, and
+ * raises the usual message when it is not a tape). */
+static ltape *box(lua_State *L) {
+  void *p = lua_touserdata(L, 1);
+  if (p && lua_getmetatable(L, 1)) {
+    int same = lua_rawequal(L, -1, lua_upvalueindex(UP_META));
+    lua_pop(L, 1);
+    if (same) return (ltape *)p;
+  }
+  return (ltape *)luaL_checkudata(L, 1, TAPE);
+}
+
 /* The tape of argument 1; raises when it is closed. Call it after the last
  * call that can run Lua code. */
 static vr_tape *check(lua_State *L) {
-  ltape *u = (ltape *)luaL_checkudata(L, 1, TAPE);
+  ltape *u = box(L);
   if (!u->t) luaL_error(L, "tape is closed");
   return u->t;
 }
@@ -55,7 +73,7 @@ static int checkcat(lua_State *L, int arg) {
 
 /* Argument 1 must be a tape (checked first, so a wrong self is named as
  * such); the pointer is taken later, by check. */
-static void self(lua_State *L) { luaL_checkudata(L, 1, TAPE); }
+static void self(lua_State *L) { box(L); }
 
 /* An optional label argument, read before the tape is looked up. */
 static const char *optname(lua_State *L, int arg) {
@@ -195,16 +213,24 @@ static int l_node(lua_State *L) {
   return st ? fail(L, "node", st) : 0;
 }
 
-/* Field k of the table at index idx as an integer id, or raises naming
- * what (the list and its 1-based entry). Leaves the stack as it was. */
-static int64_t field_id(lua_State *L, int idx, const char *k, int arg, const char *what,
+/* Pushes field `up` (UP_ID, UP_RG, UP_B) of the table at absolute index idx. */
+static void get_key(lua_State *L, int idx, int up) {
+  lua_pushvalue(L, lua_upvalueindex(up));
+  lua_gettable(L, idx);
+}
+
+/* Field `up` of the table at absolute index idx as an integer, or raises
+ * naming what (the list and its 1-based entry). Leaves the stack as it was. */
+static int64_t field_id(lua_State *L, int idx, int up, int arg, const char *what,
                         lua_Integer i) {
   int ok = 0;
   if (lua_type(L, idx) != LUA_TTABLE)
     luaL_argerror(L, arg, lua_pushfstring(L, "%s[%I] is not a tensor", what, i));
-  lua_getfield(L, idx, k);
+  get_key(L, idx, up);
   int64_t v = (int64_t)lua_tointegerx(L, -1, &ok);
-  if (!ok) luaL_argerror(L, arg, lua_pushfstring(L, "%s[%I].%s is not an integer", what, i, k));
+  if (!ok)
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s[%I].%s is not an integer", what, i,
+                                          up == UP_ID ? "id" : "b"));
   lua_pop(L, 1);
   return v;
 }
@@ -221,7 +247,7 @@ static int read_tensor_ids(lua_State *L, int arg, int64_t *buf, const char *what
     }
     if (n >= VR_MAX_EDGES)
       luaL_argerror(L, arg, lua_pushfstring(L, "more than %d %s", VR_MAX_EDGES, what));
-    buf[n++] = field_id(L, lua_gettop(L), "id", arg, what, i);
+    buf[n++] = field_id(L, lua_gettop(L), UP_ID, arg, what, i);
     lua_pop(L, 1);
   }
 }
@@ -250,13 +276,13 @@ static int l_node_of(lua_State *L) {
     int x = lua_gettop(L);
     if (lua_type(L, x) != LUA_TTABLE)
       luaL_argerror(L, 3, lua_pushfstring(L, "gradient edges[%I][1] is not a tensor", i));
-    lua_getfield(L, x, "rg");
+    get_key(L, x, UP_RG);
     bool rg = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if (rg) {
       if (ne >= VR_MAX_EDGES)
         luaL_argerror(L, 3, lua_pushfstring(L, "more than %d gradient edges", VR_MAX_EDGES));
-      int64_t id = field_id(L, x, "id", 3, "gradient edges", i);
+      int64_t id = field_id(L, x, UP_ID, 3, "gradient edges", i);
       lua_getfield(L, e, "alias");
       if (lua_toboolean(L, -1)) {
         int ok = 0;
@@ -274,7 +300,7 @@ static int l_node_of(lua_State *L) {
           if (!ok)
             luaL_argerror(L, 3, lua_pushfstring(L, "gradient edges[%I][2] is not an integer", i));
         } else {
-          b = field_id(L, x, "b", 3, "gradient edges", i);
+          b = field_id(L, x, UP_B, 3, "gradient edges", i);
         }
         lua_pop(L, 1);
         if (b < 0) luaL_argerror(L, 3, lua_pushfstring(L, "edge %I: negative bytes", i));
@@ -308,7 +334,7 @@ static int l_drop_of(lua_State *L) {
   for (int i = 2; i <= top; i++) {
     if (!lua_toboolean(L, i)) continue;
     if (n >= VR_MAX_EDGES) return luaL_error(L, "tape:drop_of: more than %d tensors", VR_MAX_EDGES);
-    ids[n++] = field_id(L, i, "id", i, "tensor", i - 1);
+    ids[n++] = field_id(L, i, UP_ID, i, "tensor", i - 1);
   }
   vr_tape *t = check(L); /* after the fields: their metamethods may have closed it */
   for (int i = 0; i < n; i++) {
@@ -801,7 +827,11 @@ void vb_open_tape(lua_State *L) {
   luaL_newmetatable(L, TAPE);
   luaL_setfuncs(L, meta, 0);
   luaL_newlibtable(L, methods);
-  luaL_setfuncs(L, methods, 0);
+  lua_pushvalue(L, -2); /* the upvalues: UP_META .. UP_N */
+  lua_pushliteral(L, "id");
+  lua_pushliteral(L, "rg");
+  lua_pushliteral(L, "b");
+  luaL_setfuncs(L, methods, UP_N);
   lua_setfield(L, -2, "__index");
   lua_pushliteral(L, "locked");
   lua_setfield(L, -2, "__metatable");
