@@ -210,6 +210,30 @@ static bool fold_constants(vr_trace *prog) {
   return true;
 }
 
+/* A program's slots (VR_TRACE_SLOTS): the tape numbers its marks 0, 1, 2,
+ * ... over the whole run and a BULK_FWD reads the last two, so a program
+ * keeps two (a mark's number's parity), whatever the number of layers and
+ * micro-batches; bulk slots are the tape's few. NULL or the reason. */
+static const char *renumber(vr_op *op, int64_t *marks) {
+  switch (op->kind) {
+    case VR_OP_MARK:
+      if (op->slot != *marks) return "a trace's marks are out of order";
+      op->slot = (int32_t)(*marks & 1);
+      ++*marks;
+      return NULL;
+    case VR_OP_BULK_FWD:
+      if (*marks < 2 || op->extra != *marks - 2)
+        return "a composed layer does not follow its two marks";
+      op->extra = (*marks - 2) & 1;
+      break;
+    default: break;
+  }
+  if ((op->kind == VR_OP_BULK_FWD || op->kind == VR_OP_MEASURE || op->kind == VR_OP_BULK_BWD) &&
+      (op->slot < 0 || op->slot >= VR_TRACE_SLOTS))
+    return "a composed layer's slot is out of range";
+  return NULL;
+}
+
 /* Which probes the grid asks for: trace i < nmono at base + the digits of
  * i; false (with the reason) when the sizes say otherwise. */
 static const char *check_grid(const vr_grid *g, int k, const int64_t *sizes, int *nmono) {
@@ -243,6 +267,7 @@ vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, const vr_grid *g,
       *why = "the probes' traces differ in shape (a size-dependent branch)";
       return NULL;
     }
+  int64_t marks = 0; /* MARKs so far */
   out = vr_trace_new(&tr[0]->mem);
   if (!out) goto nomem;
   out->round = round;
@@ -266,6 +291,7 @@ vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, const vr_grid *g,
         goto fail;
       }
     }
+    if ((*why = renumber(&op, &marks)) != NULL) goto fail;
     int64_t *c = out->coefs + out->n * (size_t)nmono;
     memset(c, 0, (size_t)nmono * sizeof *c);
     if ((op.kind == VR_OP_DELTA || op.kind == VR_OP_GRAD) &&
@@ -307,7 +333,6 @@ bool vr_trace_delta(const vr_trace *prog, size_t j, const int64_t *m, int64_t *o
   return vr_round_up(x, prog->round, out);
 }
 
-#define MAX_SLOTS 64
 
 typedef struct {
   int64_t live, cat[VR_NCAT];
@@ -340,7 +365,7 @@ static bool add_free(state *s, int64_t x, int cat, int label) {
 }
 
 bool vr_trace_eval(const vr_trace *prog, const int64_t *sizes, vr_trace_result *out) {
-  int64_t marks[MAX_SLOTS] = {0}, start[MAX_SLOTS] = {0}, left[MAX_SLOTS] = {0};
+  int64_t marks[2] = {0}, start[VR_TRACE_SLOTS] = {0}, left[VR_TRACE_SLOTS] = {0};
   int64_t m[VR_MAXMONO];
   memset(out, 0, sizeof *out);
   out->peak_label = -1;
@@ -348,7 +373,7 @@ bool vr_trace_eval(const vr_trace *prog, const int64_t *sizes, vr_trace_result *
   if (!vr_trace_monomials(prog, sizes, m)) return false;
   for (size_t j = 0; j < prog->n; j++) {
     const vr_op *op = &prog->ops[j];
-    int slot = op->slot >= 0 && op->slot < MAX_SLOTS ? op->slot : 0;
+    int slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
     int64_t x = 0;
     switch (op->kind) {
       case VR_OP_DELTA:
@@ -359,13 +384,13 @@ bool vr_trace_eval(const vr_trace *prog, const int64_t *sizes, vr_trace_result *
         s.phase = op->label;
         break;
       case VR_OP_MARK:
-        marks[slot] = s.live;
+        marks[op->slot & 1] = s.live;
         break;
       case VR_OP_GRAD: /* read by its BULK_BWD */
         break;
       case VR_OP_BULK_FWD: { /* two marks bracket one simulated layer */
-        int mk = (int)(op->extra >= 0 && op->extra + 1 < MAX_SLOTS ? op->extra : 0);
-        if (!vr_sub(marks[mk + 1], marks[mk], &x) || !vr_mul(x, op->value, &x) ||
+        int mk = (int)(op->extra & 1);
+        if (!vr_sub(marks[mk ^ 1], marks[mk], &x) || !vr_mul(x, op->value, &x) ||
             !add(&s, x, op->cat, op->label))
           return false;
         left[slot] = x;

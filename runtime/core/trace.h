@@ -48,6 +48,11 @@ typedef struct {
   int64_t coef[VR_MONOMIALS];     /* unused (above) */
 } vr_op;
 
+/* A program's composed-layer slots (BULK_*, MEASURE: the tape's bulk
+ * index) are below this; its MARK slots are 0 and 1 (a BULK_FWD reads the
+ * two marks recorded just before it: extra, the first one's, and extra ^ 1). */
+#define VR_TRACE_SLOTS 64
+
 typedef struct vr_plan vr_plan; /* a program's peak-only evaluation (trace_peak.c) */
 
 typedef struct vr_trace {

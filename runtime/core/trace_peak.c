@@ -10,6 +10,7 @@
  *   - a size whose block rounding is exact for every size joins its
  *     neighbours' polynomial; one that must be rounded is kept as its own
  *     term list, rounded at evaluation as vr_trace_eval does.
+ *   - a block of ops repeated back to back is evaluated once (repeats()).
  * The plan adds without overflow checks, after proving once per
  * evaluation that none can happen: the sum over the program's ops of
  * |coef| x monomial (plus one block per rounded size) bounds every delta
@@ -22,8 +23,9 @@
 #include "trace.h"
 
 enum {
-  PK_ONE,  /* x = c * m[mono], rounded when rnd (a constant: mono 0) -- most ops */
-  PK_POLY, /* x = sum of n exact terms from c + round(sum of the nround terms after) */
+  PK_ONE,    /* x = c * m[mono], rounded when rnd (a constant: mono 0) -- most ops */
+  PK_POLY,   /* x = sum of n exact terms from c + round(sum of the nround terms after) */
+  PK_REPEAT, /* the n ops that follow, c times over (identical layers not composed) */
   PK_MARK, PK_FWD, PK_MEASURE, PK_BWD /* the program's op c */
 };
 
@@ -157,6 +159,108 @@ static int64_t sat_abs_add(int64_t a, int64_t b) {
   return s;
 }
 
+/* Whether plan ops a and b change live bytes alike for every size, from
+ * the same state: the same polynomial, or the same composed op (a layer's
+ * gradients the same constant). */
+static bool same_op(const vr_trace *prog, const vr_plan *p, const pk_op *a, const pk_op *b) {
+  if (a->kind != b->kind) return false;
+  if (a->kind == PK_ONE) return a->mono == b->mono && a->rnd == b->rnd && a->c == b->c;
+  if (a->kind == PK_POLY) {
+    if (a->n != b->n || a->nround != b->nround) return false;
+    for (int i = 0; i < a->n + a->nround; i++) {
+      const pk_term *x = &p->terms[a->c + i], *y = &p->terms[b->c + i];
+      if (x->coef != y->coef || x->mono != y->mono) return false;
+    }
+    return true;
+  }
+  const vr_op *x = &prog->ops[a->c], *y = &prog->ops[b->c];
+  if (x->kind != y->kind || x->cat != y->cat || x->slot != y->slot || x->value != y->value ||
+      x->extra != y->extra)
+    return false;
+  return x->kind != VR_OP_BULK_BWD ||
+         (a->rnd && b->rnd && p->gvals[a->n] == p->gvals[b->n]);
+}
+
+static bool same_block(const vr_trace *prog, const vr_plan *p, size_t a, size_t b, size_t len) {
+  for (size_t i = 0; i < len; i++)
+    if (!same_op(prog, p, &p->ops[a + i], &p->ops[b + i])) return false;
+  return true;
+}
+
+/* Whether the composed ops of block [i, i + len) read only what the block
+ * wrote before them (its marks, its layers' measurements): then every
+ * repetition does the same relative to where it starts. *composed: it has
+ * some. */
+static bool contained(const vr_trace *prog, const vr_plan *p, size_t i, size_t len,
+                      bool *has) {
+  bool mark[2] = {false, false}, left[VR_TRACE_SLOTS] = {false},
+       start[VR_TRACE_SLOTS] = {false};
+  *has = false;
+  for (size_t k = i; k < i + len; k++) {
+    if (p->ops[k].kind <= PK_POLY) continue;
+    const vr_op *op = &prog->ops[p->ops[k].c];
+    int slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
+    *has = true;
+    switch (op->kind) {
+      case VR_OP_MARK: mark[op->slot & 1] = true; break;
+      case VR_OP_BULK_FWD:
+        if (!mark[0] || !mark[1]) return false;
+        left[slot] = true;
+        break;
+      case VR_OP_MEASURE: start[slot] = true; break;
+      case VR_OP_BULK_BWD:
+        if (!start[slot] || !left[slot]) return false;
+        break;
+      default: return false;
+    }
+  }
+  return true;
+}
+
+#define REPEAT_MAX_LEN 4096 /* ops in a repeated block */
+#define REPEAT_TRIES 8      /* block lengths tried from each op */
+
+/* Runs of a block of ops repeated back to back (a model's identical layers
+ * where they are not composed: every-n-th checkpointing; micro-batches)
+ * become one PK_REPEAT and the block once: each repetition does the same
+ * from a start its net change higher, so the highest point of all is in
+ * the first or the last (a block with composed ops is run as both; rnd 1).
+ * Greedy from the first op, the length that saves most among the next few
+ * ops like it. */
+static bool repeats(const vr_trace *prog, vr_plan *p, const vr_mem *mem) {
+  size_t n = p->n, w = 0;
+  if (n < 4) return true;
+  pk_op *out = (pk_op *)vr_mem_array(mem, n, sizeof *out);
+  if (!out) return false;
+  for (size_t i = 0; i < n;) {
+    size_t best_len = 0, best_r = 0, tries = 0;
+    bool best_has = false;
+    for (size_t j = i + 1; j < n && j - i <= REPEAT_MAX_LEN && tries < REPEAT_TRIES; j++) {
+      if (!same_op(prog, p, &p->ops[i], &p->ops[j])) continue;
+      tries++;
+      size_t len = j - i, r = 1;
+      bool has = false;
+      while (i + (r + 1) * len <= n && same_block(prog, p, i, i + r * len, len)) r++;
+      if (r < 2 || len > UINT16_MAX || !contained(prog, p, i, len, &has)) continue;
+      /* ops saved: a block with composed ops runs twice */
+      size_t saved = (r - (has ? 2 : 1)) * len, best = best_r ? (best_r - (best_has ? 2 : 1)) * best_len : 1;
+      if (saved > best) best_len = len, best_r = r, best_has = has;
+    }
+    if (!best_r) {
+      out[w++] = p->ops[i++];
+      continue;
+    }
+    out[w++] = (pk_op){PK_REPEAT, 0, best_has, 0, (uint16_t)best_len, 0, 0, (int64_t)best_r};
+    memcpy(out + w, p->ops + i, best_len * sizeof *out);
+    w += best_len;
+    i += best_r * best_len;
+  }
+  memcpy(p->ops, out, w * sizeof *out); /* w <= n: a repeat saves at least one op */
+  vr_mem_free(mem, out, n * sizeof *out);
+  p->n = w;
+  return true;
+}
+
 /* A composed layer's gradients, when no size changes them: their bytes
  * once (po->rnd 1, gvals[po->n]); false when out of memory. */
 static bool constant_grads(const vr_trace *prog, vr_plan *p, size_t j, pk_op *po) {
@@ -223,7 +327,7 @@ vr_plan *vr_plan_build(const vr_trace *prog) {
       return NULL;
     }
   }
-  if (!close_op(p, mem, &b)) {
+  if (!close_op(p, mem, &b) || !repeats(prog, p, mem)) {
     vr_plan_free(p, mem);
     return NULL;
   }
@@ -232,13 +336,12 @@ vr_plan *vr_plan_build(const vr_trace *prog) {
 
 size_t vr_plan_len(const vr_plan *p) { return p ? p->n : 0; }
 
-#define MAX_SLOTS 64
 
 typedef struct {
   int64_t live, peak, before; /* peak: since the last MEASURE (vr_trace_eval's watch);
                                  before: the largest until then */
   int64_t flow;               /* |changes| of the composed ops, for the proof */
-  int64_t marks[MAX_SLOTS], start[MAX_SLOTS], left[MAX_SLOTS];
+  int64_t marks[2], start[VR_TRACE_SLOTS], left[VR_TRACE_SLOTS];
 } pk_state;
 
 static inline void seen(pk_state *s) {
@@ -264,18 +367,18 @@ static int64_t max3(int64_t a, int64_t b, int64_t c) {
 static bool composed(const vr_trace *prog, const pk_op *po, const int64_t *m, pk_state *s) {
   size_t j = (size_t)po->c;
   const vr_op *op = &prog->ops[j];
-  int slot = op->slot >= 0 && op->slot < MAX_SLOTS ? op->slot : 0;
+  int slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
   int64_t x = 0;
   switch (op->kind) {
-    case VR_OP_MARK: s->marks[slot] = s->live; return true;
+    case VR_OP_MARK: s->marks[op->slot & 1] = s->live; return true;
     case VR_OP_MEASURE:
       s->start[slot] = s->live;
       if (s->peak > s->before) s->before = s->peak;
       s->peak = s->live;
       return true;
     case VR_OP_BULK_FWD: {
-      int mk = (int)(op->extra >= 0 && op->extra + 1 < MAX_SLOTS ? op->extra : 0);
-      if (!vr_sub(s->marks[mk + 1], s->marks[mk], &x) || !vr_mul(x, op->value, &x) || !step(s, x))
+      int mk = (int)(op->extra & 1);
+      if (!vr_sub(s->marks[mk ^ 1], s->marks[mk], &x) || !vr_mul(x, op->value, &x) || !step(s, x))
         return false;
       s->left[slot] = x;
       return true;
@@ -335,42 +438,80 @@ static inline int64_t round_mask(int64_t x, int64_t mask) {
   return (a ^ sg) - sg;
 }
 
-/* The plan's loop; pow2: the block is a power of two (or none). Most ops
- * are one term, evaluated without a branch on their kind. */
-static inline bool run(const vr_trace *prog, const int64_t *m, int64_t *peak, bool pow2) {
+/* A PK_ONE's or PK_POLY's change at monomials m. */
+static inline int64_t change(const pk_op *op, const pk_term *terms, const int64_t *m,
+                             int64_t round, int64_t mask, bool pow2) {
+  int64_t x = 0;
+  if (op->kind == PK_ONE) {
+    x = op->c * m[op->mono];
+    int64_t r = pow2 ? round_mask(x, mask) : round_to(x, round);
+    return op->rnd ? r : x;
+  }
+  int64_t y = 0;
+  const pk_term *t = terms + op->c;
+  for (int i = 0; i < op->n; i++) x += t[i].coef * m[t[i].mono];
+  for (int i = op->n; i < op->n + op->nround; i++) y += t[i].coef * m[t[i].mono];
+  return x + (pow2 ? round_mask(y, mask) : round_to(y, round));
+}
+
+/* Plan ops [from, to) from state s; pow2: the block is a power of two (or
+ * none). Most ops are one term, evaluated without a branch on their kind.
+ * false: the proof's margin would not hold. */
+static bool span(const vr_trace *prog, const int64_t *m, size_t from, size_t to, pk_state *s,
+                 bool pow2) {
   const vr_plan *p = prog->plan;
   const pk_term *terms = p->terms;
   int64_t round = prog->round, mask = round > 0 ? round - 1 : 0;
-  pk_state s;
-  int64_t live = 0, top = 0; /* s.live and s.peak, kept in registers */
-  s.before = s.flow = 0;
-  for (size_t j = 0; j < p->n; j++) {
+  int64_t live = s->live, top = s->peak; /* in registers */
+  for (size_t j = from; j < to; j++) {
     const pk_op *op = &p->ops[j];
-    int64_t x = 0;
-    if (op->kind == PK_ONE) {
-      x = op->c * m[op->mono];
-      int64_t r = pow2 ? round_mask(x, mask) : round_to(x, round);
-      x = op->rnd ? r : x;
-    } else if (op->kind == PK_POLY) {
-      int64_t y = 0;
-      const pk_term *t = terms + op->c;
-      for (int i = 0; i < op->n; i++) x += t[i].coef * m[t[i].mono];
-      for (int i = op->n; i < op->n + op->nround; i++) y += t[i].coef * m[t[i].mono];
-      x += pow2 ? round_mask(y, mask) : round_to(y, round);
-    } else {
-      s.live = live;
-      s.peak = top;
-      if (!composed(prog, op, m, &s)) return false;
-      /* what the composed ops moved keeps the proof's margin */
-      if (s.flow >= SAFE) return false;
-      live = s.live;
-      top = s.peak;
+    if (op->kind <= PK_POLY) {
+      live += change(op, terms, m, round, mask, pow2);
+      top = live > top ? live : top;
       continue;
     }
-    live += x;
-    top = live > top ? live : top;
+    s->live = live;
+    s->peak = top;
+    if (op->kind == PK_REPEAT && !op->rnd) {
+      /* the block once from here; repetition i is i x its net change higher */
+      int64_t start = live, high = live;
+      for (size_t k = j + 1; k <= j + op->n; k++) {
+        live += change(&p->ops[k], terms, m, round, mask, pow2);
+        high = live > high ? live : high;
+      }
+      int64_t net = live - start;
+      if (net > 0) high += (op->c - 1) * net;
+      top = high > top ? high : top;
+      live = start + op->c * net;
+      j += op->n;
+      continue;
+    }
+    if (op->kind == PK_REPEAT) {
+      /* the first repetition, then the last: its state is the first's
+       * moved by (c - 1) x the net change (what the block reads it wrote) */
+      int64_t start = live, flow = s->flow, shift = 0, more = 0;
+      if (!span(prog, m, j + 1, j + 1 + op->n, s, pow2)) return false;
+      if (!vr_mul(s->live - start, op->c - 2, &shift) || !vr_add(s->live, shift, &s->live) ||
+          !vr_mul(s->flow - flow, op->c - 2, &more) || !vr_add(s->flow, more, &s->flow) ||
+          s->flow >= SAFE || !span(prog, m, j + 1, j + 1 + op->n, s, pow2))
+        return false;
+      j += op->n;
+    } else if (!composed(prog, op, m, s) || s->flow >= SAFE) {
+      return false; /* what the composed ops moved keeps the proof's margin */
+    }
+    live = s->live;
+    top = s->peak;
   }
-  *peak = top > s.before ? top : s.before;
+  s->live = live;
+  s->peak = top;
+  return true;
+}
+
+static inline bool run(const vr_trace *prog, const int64_t *m, int64_t *peak, bool pow2) {
+  pk_state s;
+  s.live = s.peak = s.before = s.flow = 0;
+  if (!span(prog, m, 0, prog->plan->n, &s, pow2)) return false;
+  *peak = s.peak > s.before ? s.peak : s.before;
   return true;
 }
 

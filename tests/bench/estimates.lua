@@ -74,7 +74,8 @@ local KNOBS = {
   end)() },
   { "image count 1..4", vlm, range(1, 4, 1, function(v) return { images = v } end) },
   { "LoRA rank 4..256 (LoRA spec)", lora, range(4, 256, 4, function(v) return { lora_rank = v } end) },
-  { "grad accumulation 1, 2, 4", vlm, { { grad_accum = 1 }, { grad_accum = 2 }, { grad_accum = 4 } } },
+  { "grad accumulation 1, 2, 4, 8, 16, 32", vlm,
+    range(0, 5, 1, function(v) return { grad_accum = 1 << v } end) },
   { "micro-batch x accumulation (16 pairs)", vlm, (function()
     local out = {}
     for _, b in ipairs({ 1, 2, 4, 8 }) do

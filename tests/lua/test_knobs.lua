@@ -111,6 +111,9 @@ function tests.a_rank_without_lora_in_the_spec_is_a_structure()
   local s = copy(base)
   s.run.lora = { rank = 4 }
   T.eq(K:peak({ lora_rank = 4 }), step.run(spec.normalize(s, where, registry)).peak, "rank 4")
+  -- 20 micro-batches record 80 marks (was a wrong answer past 64: the
+  -- program kept 64 mark slots and clamped)
+  same(K, base, { { grad_accum = 20, seq = 30 } })
 end
 
 -- A size that is not a polynomial of the program's sizes is refused with the
@@ -126,6 +129,14 @@ function tests.a_size_that_is_no_polynomial_is_refused()
     "this run has no image_tokens to compile over")
   T.raises(function() knobs.new(BASE, where, registry):peak({ nlayers = 3 }) end,
     "nlayers: is not a knob")
+  -- such a run still answers every knob, simulated, with the reason kept
+  local chunked = { model = { preset = "qwen2_5_1_5b_instruct", overrides = { num_hidden_layers = 2 } },
+    run = { batch = 2, seq = 64, lora = { rank = 8 }, loss = { impl = "chunked", chunk_rows = 4 } } }
+  local K = knobs.new(chunked, where, registry)
+  T.ok(K.refused.lora_rank and K.refused.lora_rank:find("cannot be compiled", 1, true))
+  local s = copy(chunked)
+  s.run.seq, s.run.lora.rank = 40, 16
+  T.eq(K:peak({ seq = 40, lora_rank = 16 }), step.run(spec.normalize(s, where, registry)).peak)
 end
 
 return tests

@@ -236,32 +236,41 @@ static void mixed_probes(vr_trace tr[NPROBE]) {
     ck_assert(vr_trace_push(t, (vr_op){VR_OP_PHASE, 0, 0, 0, 0, 0, 0, {0}}));
     for (int k = 0; k < 10; k++) /* weights, states: allocations */
       ck_assert(vr_trace_push(t, (vr_op){VR_OP_DELTA, k % 3, k, 0, v[k] + 1, 0, 0, {0}}));
-    /* a layer between two marks, composed 5 more times */
-    ck_assert(vr_trace_push(t, (vr_op){VR_OP_MARK, 0, -1, 0, 0, 0, 0, {0}}));
-    for (int k = 10; k < 20; k++) {
-      ck_assert(vr_trace_push(t, (vr_op){VR_OP_DELTA, 4, k, 0, v[k] + 7, 0, 0, {0}}));
-      if (k % 3 == 0) /* a temporary freed again */
-        ck_assert(vr_trace_push(t, (vr_op){VR_OP_DELTA, 4, k, 0, -(v[k] + 7), 0, 0, {0}}));
+    /* four micro-batches: the first's adapter gradients grow with the rank,
+     * the other three are alike (a repeated block with composed ops) */
+    for (int mb = 0; mb < 4; mb++) {
+      /* a layer between two marks, composed 5 more times */
+      ck_assert(vr_trace_push(t, (vr_op){VR_OP_MARK, 0, -1, 2 * mb, 0, 0, 0, {0}}));
+      for (int k = 10; k < 20; k++) {
+        ck_assert(vr_trace_push(t, (vr_op){VR_OP_DELTA, 4, k, 0, v[k] + 7, 0, 0, {0}}));
+        if (k % 3 == 0) /* a temporary freed again */
+          ck_assert(vr_trace_push(t, (vr_op){VR_OP_DELTA, 4, k, 0, -(v[k] + 7), 0, 0, {0}}));
+      }
+      ck_assert(vr_trace_push(t, (vr_op){VR_OP_MARK, 0, -1, 2 * mb + 1, 0, 0, 0, {0}}));
+      ck_assert(vr_trace_push(t, (vr_op){VR_OP_BULK_FWD, 4, 30, 0, 5, 2 * mb, 0, {0}}));
+      ck_assert(vr_trace_push(t, (vr_op){VR_OP_PHASE, 0, 1, 0, 0, 0, 0, {0}}));
+      for (int k = 20; k < 30; k++) /* logits and loss: up and down */
+        ck_assert(vr_trace_push(t, (vr_op){VR_OP_DELTA, 3 + k % 2, k, 0,
+                                           (k % 2 ? -1 : 1) * (v[k] + 3), 0, 0, {0}}));
+      for (int rep = 0; rep < 4; rep++) /* a block repeated back to back (layers not composed) */
+        for (int k = 0; k < 6; k++)
+          ck_assert(vr_trace_push(t, (vr_op){VR_OP_DELTA, 4, 60 + k, 0,
+                                             (k % 2 ? -1 : 1) * (v[30 + k] + 11) + (k == 5) * v[36],
+                                             0, 0, {0}}));
+      for (int k = 0; k < 8; k++) /* changes whose sign depends on the sizes, and back */
+        ck_assert(vr_trace_push(t, (vr_op){VR_OP_DELTA, 4, 50 + k, 0,
+                                           (k < 4 ? 1 : -1) * (v[10 + k % 4] - v[20 + k % 4]), 0, 0,
+                                           {0}}));
+      /* the layer's backward, measured once and composed 5 times */
+      ck_assert(vr_trace_push(t, (vr_op){VR_OP_MEASURE, 0, -1, 0, 0, 0, 0, {0}}));
+      for (int k = 30; k < 40; k++)
+        ck_assert(vr_trace_push(t, (vr_op){VR_OP_DELTA, 4 + k % 2, k, 0,
+                                           (k % 3 ? 1 : -1) * (v[k] + 5), 0, 0, {0}}));
+      int64_t g1 = 600, g2 = mb ? 40 : 48 * x[2] + 40; /* a weight's and an adapter's gradients */
+      ck_assert(vr_trace_push(t, (vr_op){VR_OP_BULK_BWD, 4, 31, 0, 5, g1 + g2, 0, {0}}));
+      ck_assert(vr_trace_push(t, (vr_op){VR_OP_GRAD, VR_CAT_GRADS, -1, 0, g1, 0, 0, {0}}));
+      ck_assert(vr_trace_push(t, (vr_op){VR_OP_GRAD, VR_CAT_GRADS, -1, 0, g2, 0, 0, {0}}));
     }
-    ck_assert(vr_trace_push(t, (vr_op){VR_OP_MARK, 0, -1, 1, 0, 0, 0, {0}}));
-    ck_assert(vr_trace_push(t, (vr_op){VR_OP_BULK_FWD, 4, 30, 0, 5, 0, 0, {0}}));
-    ck_assert(vr_trace_push(t, (vr_op){VR_OP_PHASE, 0, 1, 0, 0, 0, 0, {0}}));
-    for (int k = 20; k < 30; k++) /* logits and loss: up and down */
-      ck_assert(vr_trace_push(t, (vr_op){VR_OP_DELTA, 3 + k % 2, k, 0,
-                                         (k % 2 ? -1 : 1) * (v[k] + 3), 0, 0, {0}}));
-    for (int k = 0; k < 8; k++) /* changes whose sign depends on the sizes, and back */
-      ck_assert(vr_trace_push(t, (vr_op){VR_OP_DELTA, 4, 50 + k, 0,
-                                         (k < 4 ? 1 : -1) * (v[10 + k % 4] - v[20 + k % 4]), 0, 0,
-                                         {0}}));
-    /* the layer's backward, measured once and composed 5 times */
-    ck_assert(vr_trace_push(t, (vr_op){VR_OP_MEASURE, 0, -1, 0, 0, 0, 0, {0}}));
-    for (int k = 30; k < 40; k++)
-      ck_assert(vr_trace_push(t, (vr_op){VR_OP_DELTA, 4 + k % 2, k, 0,
-                                         (k % 3 ? 1 : -1) * (v[k] + 5), 0, 0, {0}}));
-    int64_t g1 = 600, g2 = 48 * x[2] + 40; /* a weight's and an adapter's gradients */
-    ck_assert(vr_trace_push(t, (vr_op){VR_OP_BULK_BWD, 4, 31, 0, 5, g1 + g2, 0, {0}}));
-    ck_assert(vr_trace_push(t, (vr_op){VR_OP_GRAD, VR_CAT_GRADS, -1, 0, g1, 0, 0, {0}}));
-    ck_assert(vr_trace_push(t, (vr_op){VR_OP_GRAD, VR_CAT_GRADS, -1, 0, g2, 0, 0, {0}}));
   }
 }
 
