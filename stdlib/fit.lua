@@ -3,13 +3,16 @@
 local step = require("stdlib.step")
 local frameworks = require("stdlib.frameworks")
 local errors = require("stdlib.errors")
+local par = require("stdlib.parallel")
 
 local M = {}
 
 -- Bytes a run needs on the device: reserved peak plus framework overhead.
-function M.need(run)
+-- search (optional): parallel.search(run the runs are made from), shared by
+-- the runs of a search that reads only the need and at_peak.
+function M.need(run, search)
   if run.parallel then -- the largest rank's device total (stdlib/parallel.lua)
-    local b = require("stdlib.parallel").budget(run)
+    local b = par.budget(run, nil, search)
     local at = setmetatable({}, { __index = function() return 0 end })
     for _, it in ipairs(b.breakdown) do at[it.category] = it.bytes end
     return b.device_total_bytes, { at_peak = at, budget = b }
@@ -29,39 +32,8 @@ M.KNOBS = {
 }
 
 -- A run whose knobs can change without touching the original.
-local copy = require("stdlib.run").copy
-
--- A run as a string that equal runs share: keys sorted, the simulator
--- module (sim) and functions by identity, a table met again (shared or a
--- cycle) by the order it was first met in.
-local function canonical(t, out, seen)
-  out, seen = out or {}, seen or { n = 0 }
-  seen.n = seen.n + 1
-  seen[t] = seen.n
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b)
-    local ta, tb = type(a), type(b)
-    if ta ~= tb then return ta < tb end
-    if ta == "number" or ta == "string" then return a < b end
-    return tostring(a) < tostring(b)
-  end)
-  out[#out + 1] = "{"
-  for _, k in ipairs(keys) do
-    local v = t[k]
-    out[#out + 1] = type(k) == "string" and ("%q="):format(k) or ("[%s]="):format(tostring(k))
-    if type(v) == "table" and k ~= "sim" then
-      if seen[v] then out[#out + 1] = "@" .. seen[v] else canonical(v, out, seen) end
-    elseif type(v) == "string" then
-      out[#out + 1] = ("%q"):format(v)
-    else
-      out[#out + 1] = type(v) .. ":" .. tostring(v)
-    end
-    out[#out + 1] = ","
-  end
-  out[#out + 1] = "}"
-  return out
-end
+local runs = require("stdlib.run")
+local copy = runs.copy
 
 -- Largest v in [1, limit] with need(run with knob=v) <= budget. Peaks grow
 -- with each knob, so doubling then bisection finds the exact boundary.
@@ -247,7 +219,6 @@ function M.levers(run)
   return out
 end
 
-local par = nil
 -- The run with `levers` applied in order, its layout read again from the
 -- edited parallel: table; nil and the reason when that is no run (the
 -- layout's own checks refuse it).
@@ -255,7 +226,6 @@ function M.apply(run, levers)
   local r = copy(run)
   for _, m in ipairs(levers) do m.edit(r) end
   if r.parallel then
-    par = par or require("stdlib.parallel")
     local where = run.parallel and run.parallel.where or "fit"
     local ok, L = pcall(function()
       return par.check(par.read(r.parallel._spec, where, r), r, where)
@@ -293,19 +263,21 @@ function M.knobs(run, budget, depth)
   for _, m in ipairs(M.levers(run)) do items[#items + 1] = m; index[m.name] = #items end
   -- combinations that edit the run into the same run (QLoRA after LoRA,
   -- checkpointing policies over each other) are simulated once
-  local memo, by_run = {}, {}
+  local memo, by_run, search = {}, {}, par.search(run)
   local function need_of(mask)
     if not memo[mask] then
       local chosen = {}
       for k, m in ipairs(items) do if mask & (1 << (k - 1)) ~= 0 then chosen[#chosen + 1] = m end end
       local r = M.apply(run, chosen)
       if r then
-        local key = table.concat(canonical(r))
+        -- what the levers changed, less what the device does not see
+        local key = runs.key(r, run, r.parallel and par.device_ignores(r.parallel))
         if not by_run[key] then
           -- a lever the model refuses (a fused loss under autocast or on a
           -- VLM's head) makes no run; the run as given is never refused here
           local ok, need, st
-          if mask == 0 then ok, need, st = true, M.need(r) else ok, need, st = pcall(M.need, r) end
+          if mask == 0 then ok, need, st = true, M.need(r, search)
+          else ok, need, st = pcall(M.need, r, search) end
           if not ok and type(need) ~= "table" then error(need, 0) end -- a bug, not a refusal
           by_run[key] = ok and { need = need, st = st } or { invalid = true }
         end

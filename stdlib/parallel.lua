@@ -20,6 +20,7 @@ local cfgutil = require("stdlib.config")
 local step = require("stdlib.step")
 local optim = require("stdlib.optim")
 local report = require("stdlib.report")
+local frameworks = require("stdlib.frameworks")
 local gpus = require("stdlib.gpus")
 
 local M = {}
@@ -360,11 +361,24 @@ end
 -- Bytes of n elements of dt, without allocator rounding.
 local function nbytes(dt, n) return vram.bytes(dt, n) end
 
+-- How the data-parallel ranks keep the model states: ddp, zero1-3, fsdp.
+local function scheme_of(L)
+  return L.fsdp and L.fsdp ~= "no_shard" and "fsdp" or
+    (L.zero > 0 and ("zero" .. L.zero) or "ddp")
+end
+-- Whether the parameters the family builds hold their bytes on the tape.
+local function params_on_tape(scheme) return scheme == "ddp" or scheme == "zero1" end
+
 -- One pass of the role's step on a fresh simulator. held: bytes one
--- micro-batch's forward leaves held (nil on the measuring pass). mid: the
+-- micro-batch's forward leaves held, or a function giving them, asked only
+-- once the step is not cut off (nil on the measuring pass). cutoff
+-- (optional): function(live, reserved) true when a rank holding that much
+-- cannot be listed; asked once the model states and inputs are allocated,
+-- after each forward and each backward (every peak is at least what is live
+-- at any moment), it ends the pass (nil). mid: the
 -- measuring pass of an interleaved stage runs a chunk from the middle of
 -- the model (neither embedding nor head): most chunks in flight are such.
-local function pass(family, run, L, role, held, mid)
+local function pass(family, run, L, role, held, mid, cutoff)
   local S = step.new_sim(run)
   if run.timeline and held then S.tape:timeline(true) end -- the step's pass, drawn
   if L.sp then
@@ -376,11 +390,10 @@ local function pass(family, run, L, role, held, mid)
     end
   end
   local tape = S.tape
-  local scheme = L.fsdp and L.fsdp ~= "no_shard" and "fsdp" or
-    (L.zero > 0 and ("zero" .. L.zero) or "ddp")
+  local scheme = scheme_of(L)
   -- sharded schemes: states allocated below, partitioned; the handles
   -- carry no bytes
-  S:set_param_storage(scheme == "ddp" or scheme == "zero1")
+  S:set_param_storage(params_on_tape(scheme))
   local P = family.build(S, run, step.policies(run))
   S:set_param_storage(true)
   local params = S:flat_params() -- identical layers' groups, one table per parameter
@@ -615,7 +628,9 @@ local function pass(family, run, L, role, held, mid)
 
   -- the step
   local inputs = family.inputs(S, run, P)
-  local base = tape:live()
+  local base, base_reserved = tape:live()
+  if cutoff and cutoff(base, base_reserved) then return nil end
+  if type(held) == "function" then held = held() end
   local st_ends = { baseline = base }
   local rows = run.batch * run.seq
   local hidden_b = S:bytes(cdt, rows * run.text.hidden // (L.sp and L.tp or 1))
@@ -644,7 +659,6 @@ local function pass(family, run, L, role, held, mid)
   end
   local sends = not role.last or (mid and true)
   local n_mb = held and math.min(L.microbatches, 2) or 1
-  local measured
   -- ring attention (cp > 1): while one K/V block is used the next arrives,
   -- two buffers of this rank's K and V (backward: K, V, dK and dV); a
   -- steady window over the pass, as the step re-sends them every layer
@@ -666,6 +680,7 @@ local function pass(family, run, L, role, held, mid)
     if run.autocast then S:autocast_enter(run.autocast) end
     local r = recv()
     local out = family.forward_stage(S, chunk, run, r)
+    if cutoff and cutoff(tape:live()) then return nil end -- the step's activations held
     S:autocast_exit()
     S:drop(r)
     local root = out
@@ -675,7 +690,9 @@ local function pass(family, run, L, role, held, mid)
       root = S:op("pp.send", 1, "fp32", { out }, {}, { { out, out.b } })
       S:drop(out)
     end
-    if not held then measured = tape:live() - before - (sends and root.b or 0) end
+    if not held then -- the measuring pass: nothing after this is read
+      return nil, { held = tape:live() - before - (sends and root.b or 0) }
+    end
     if rf then tape:drop(rf) end
     st_ends.forward_end = st_ends.forward_end or tape:live()
     if L.reshard or scheme ~= "fsdp" then
@@ -695,6 +712,7 @@ local function pass(family, run, L, role, held, mid)
       end
     end
     tape:backward(root.id)
+    if cutoff and cutoff(tape:live()) then return nil end -- the gradients in place
     S:drop(root)
     if info.reduce_tail then tape:temp(info.reduce_tail, "buffers", "zero1.reduce_bucket") end
     if bw then tape:drop(bw) end
@@ -719,24 +737,72 @@ local function pass(family, run, L, role, held, mid)
   st.timeline = require("stdlib.timeline").collect(tape) -- nil unless recorded
   st.baseline, st.phase_end = base, st_ends
   st.param_count, st.trainable_count = total, trainable
-  info.held = measured
   info.hidden_b = hidden_b
   return st, info
 end
 
--- Simulates one role: a measuring pass for the bytes a micro-batch's
--- forward holds, then the step with the in-flight ones in place.
-function M.simulate_role(run, L, role)
+-- A search over many layouts or runs of one model (M.fit, stdlib/fit.lua)
+-- reads only the largest rank's figures, and shares measurements:
+--   local search = M.search(run, limit)  -- run: what every searched run is made from
+--   M.budget(r, gpu_name, search)
+-- Its keys are run.key strings against that run, so only runs made from it
+-- (run.copy, then edited) may be priced under it. limit (optional, bytes):
+-- a run whose largest rank needs more is of no use to the search, and
+-- budget returns nil for it as soon as that is certain.
+function M.search(base, limit) return { base = base, held = {}, limit = limit } end
+
+local run_key = require("stdlib.run").key
+
+-- What the measuring pass reads, as a string: the rank's run but its
+-- master_dtype (read only by the states, never before the forward ends)
+-- and its layout (read by nothing the pass calls); whether parameters hold
+-- their bytes on the tape; the splits and the chunk the forward runs.
+-- States allocated before the forward (partitions, windows, ring buffers)
+-- do not change what the forward adds to the live bytes.
+local MEASURE_SKIP = { parallel = true, master_dtype = true }
+local SHAPE_SKIP = { parallel = true } -- one layout's roles: one parallel table
+local function measure_key(lrun, L, role, base)
+  return table.concat({ run_key(lrun, base, MEASURE_SKIP), tostring(params_on_tape(scheme_of(L))),
+    tostring(L.sp), L.tp, L.cp, L.vstages, tostring(role.first), tostring(role.last), role.layers,
+    role.chunk_layers }, "|")
+end
+
+local function simulate(run, L, role, lrun, search, cutoff)
   local family = run.sim
-  local lrun = M.local_run(run, L, role)
   local held
-  if role.inflight > 1 then
-    local _, info = pass(family, lrun, L, role, nil, L.vstages > 1)
-    held = info.held
+  local function measure() -- the measuring pass, when it is needed
+    if role.inflight > 1 then
+      local key = search and measure_key(lrun, L, role, search.base)
+      held = key and search.held[key]
+      if not held then
+        local _, info = pass(family, lrun, L, role, nil, L.vstages > 1)
+        held = info.held
+        if key then search.held[key] = held end
+      end
+    end
+    return held or 0
   end
-  local st, info = pass(family, lrun, L, role, held or 0)
+  local st, info = pass(family, lrun, L, role, cutoff and measure or measure(), nil, cutoff)
+  if not st then return nil end
   info.held = held
   return st, info, lrun
+end
+
+-- Simulates one role: a measuring pass for the bytes a micro-batch's
+-- forward holds, then the step with the in-flight ones in place. search
+-- (optional, M.search): measurements of equal keys are shared.
+function M.simulate_role(run, L, role, search)
+  return simulate(run, L, role, M.local_run(run, L, role), search)
+end
+
+-- Run fields that no rank's device memory depends on under layout L, so
+-- that runs differing only in them need one simulation (fit --knobs): with
+-- the optimizer offloaded, its partitions and its step live on the host
+-- (pass: no state on the tape, no step temporaries), so the optimizer's
+-- kind and state dtypes move host bytes only. nil: every field counts.
+local HOST_OPTIMIZER = { optimizer = true }
+function M.device_ignores(L)
+  if L.offload.optimizer ~= "none" then return HOST_OPTIMIZER end
 end
 
 local function range(r)
@@ -755,14 +821,36 @@ end
 -- ranks it stands for) and the largest rank's figures at the top level;
 -- second, each role's timeline (when run.timeline), in per_rank's order,
 -- and the largest rank's as `largest`.
-function M.budget(run, gpu_name)
+-- Under a search (M.search), a role is not simulated where an earlier one
+-- builds the same rank-local run with at least as many micro-batches in
+-- flight (the middle stages of a pipeline): the two passes differ only in
+-- the held block, alive over the forward and backward, so the earlier
+-- one's peaks, and its device total, are at least as large; the largest
+-- rank and its figures are the same, per_rank lacks the skipped roles.
+function M.budget(run, gpu_name, search)
   local L = run.parallel
   local per, top, timelines = {}, nil, {}
   local gpu = gpus.find(gpu_name or run.gpu)
+  local nccl = comms(L) * M.NCCL_PER_COMM
+  local shapes = {} -- run.key of a simulated role's run -> its in-flight count
   for _, role in ipairs(M.roles(L, run)) do
-    local st, info, lrun = M.simulate_role(run, L, role)
+    local lrun = M.local_run(run, L, role)
+    local shape = search and L.pp > 1 and run_key(lrun, search.base, SHAPE_SKIP)
+    if shape and (shapes[shape] or -1) >= role.inflight then goto next end
+    if shape then shapes[shape] = role.inflight end
+    local cutoff
+    if search and search.limit then
+      -- the device total below grows with the peaks, which are at least
+      -- what is live (and reserved) at any moment of the step
+      local fw = frameworks.of(lrun)
+      cutoff = function(live, reserved)
+        return frameworks.device_total(fw, { peak = live, peak_reserved = reserved }, gpu, lrun)
+          + nccl > search.limit
+      end
+    end
+    local st, info = simulate(run, L, role, lrun, search, cutoff)
+    if not st then return nil end
     local b = report.budget(st, lrun, gpu_name)
-    local nccl = comms(L) * M.NCCL_PER_COMM
     if nccl > 0 then
       b.assumptions[#b.assumptions + 1] = ("NCCL: %d communicator(s) x 128 MiB (4 MiB buffers "
         .. "x 2 x 16 channels, assumed)"):format(comms(L))
@@ -798,6 +886,8 @@ function M.budget(run, gpu_name)
     if not top or e.device_total_bytes > top.device_total_bytes then
       top = e; top.budget = b; timelines.largest = st.timeline
     end
+    if search and search.limit and e.device_total_bytes > search.limit then return nil end
+    ::next::
   end
   local b = top.budget
   top.budget = nil
@@ -931,15 +1021,15 @@ end
 -- Layouts of `gpus` GPUs whose every rank fits `budget` bytes (device
 -- total), cheapest in communication first.
 function M.fit(run, gpus, budget, where)
-  local fits = {}
+  local fits, search = {}, M.search(run, budget)
   local all = M.layouts(run, gpus)
   for _, t in ipairs(all) do
     local r = copy(run)
     r.parallel = M.check(M.read(t, where, r), r, where)
-    local b = M.budget(r)
-    local params = 0
-    for _, e in ipairs(b.per_rank) do params = math.max(params, e.param_count) end
-    if b.device_total_bytes <= budget then
+    local b = M.budget(r, nil, search) -- nil: needs more than the budget
+    if b and b.device_total_bytes <= budget then
+      local params = 0
+      for _, e in ipairs(b.per_rank) do params = math.max(params, e.param_count) end
       -- 1F1B's idle share: (p - 1) / (m + p - 1) (v chunks divide p - 1 by v)
       local bubble = (t.pp - 1) / (t.microbatches + t.pp - 1)
       fits[#fits + 1] = { layout = t, need = b.device_total_bytes, bubble = bubble,

@@ -147,4 +147,71 @@ function R.copy(run)
   return r
 end
 
+-- A run as a string that equal runs share: keys sorted, the simulator
+-- module (sim) and functions by identity, a table met again (shared or a
+-- cycle) by the order it was first met in.
+local function canonical(t, out, seen)
+  seen.n = seen.n + 1
+  seen[t] = seen.n
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b)
+    local ta, tb = type(a), type(b)
+    if ta ~= tb then return ta < tb end
+    if ta == "number" or ta == "string" then return a < b end
+    return tostring(a) < tostring(b)
+  end)
+  out[#out + 1] = "{"
+  for _, k in ipairs(keys) do
+    local v = t[k]
+    out[#out + 1] = type(k) == "string" and ("%q="):format(k) or ("[%s]="):format(tostring(k))
+    if type(v) == "table" and k ~= "sim" then
+      if seen[v] then out[#out + 1] = "@" .. seen[v] else canonical(v, out, seen) end
+    elseif type(v) == "string" then
+      out[#out + 1] = ("%q"):format(v)
+    else
+      out[#out + 1] = type(v) .. ":" .. tostring(v)
+    end
+    out[#out + 1] = ","
+  end
+  out[#out + 1] = "}"
+  return out
+end
+
+-- Whether a and b write out the same (canonical above), found without
+-- writing them: numbers of one subtype (1 is not 1.0), tables by content
+-- except under the key sim. For tables shared nowhere (a run.copy and its
+-- edits): a table met twice would be written as a back-reference.
+local function same(a, b, key)
+  if a == b then
+    local ma = math.type(a)
+    return ma == math.type(b) and (ma ~= "float" or tostring(a) == tostring(b))
+  end
+  if type(a) ~= "table" or type(b) ~= "table" or key == "sim" then return false end
+  for k, v in pairs(a) do
+    if not same(v, b[k], k) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+
+-- A string that runs made from `base` (run.copy, then edited) share exactly
+-- when they are equal: the fields that differ from base, written out, then
+-- the names of those base has and the run lacks. Runs made from different
+-- bases must not be compared by it. skip: field names left out (fields the
+-- caller knows its result does not read).
+function R.key(r, base, skip)
+  local diff, gone = {}, {}
+  for k, v in pairs(r) do
+    if not (skip and skip[k]) and not same(v, base[k], k) then diff[k] = v end
+  end
+  for k in pairs(base) do
+    if r[k] == nil and not (skip and skip[k]) then gone[#gone + 1] = k end
+  end
+  table.sort(gone)
+  return table.concat(canonical(diff, {}, { n = 0 })) .. "-" .. table.concat(gone, ",")
+end
+
 return R

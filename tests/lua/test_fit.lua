@@ -123,6 +123,10 @@ end
 function tests.every_lever_of_a_layout_combination_saves_memory_in_it()
   T.ok(every_lever_saves(run_of({ attention = "sdpa" }, { dp = 4 })) > 0,
     "offload needs a ZeRO stage beside it under DDP")
+  -- pipelined: the search shares measuring passes between its runs, each
+  -- need above is still priced alone
+  T.ok(every_lever_saves(run_of({ attention = "sdpa", grad_accum = 4 }, { dp = 2, pp = 2 })) > 0,
+    "offload needs a ZeRO stage beside it under a pipeline")
 end
 
 function tests.qlora_is_offered_only_where_it_saves_more_than_lora()
@@ -270,6 +274,35 @@ function tests.one_gpu_gets_zero_offload_with_the_saving_of_that_layout()
   T.eq(got[name] and got[name].need, need, name)
   T.ok(need < base_need, "offloading the optimizer saves on one GPU")
   T.ok(not names(list):find("ZeRO-1", 1, true), "no sharding over one rank")
+end
+
+-- With the optimizer offloaded, its states and its step live on the host:
+-- the optimizer levers change no device byte there, which is why the
+-- search prices such runs once (parallel.device_ignores). Written out
+-- here lever by lever, each priced alone, stage 2 and 3, with FSDP's own.
+function tests.under_optimizer_offload_the_optimizer_changes_no_device_byte()
+  for _, layout in ipairs({ { dp = 4, zero = 2, offload = { optimizer = "cpu" } },
+    { dp = 4, zero = 3, offload = { optimizer = "cpu", params = "cpu" } },
+    { dp = 4, fsdp = "full_shard", offload = { optimizer = "cpu", params = "cpu" } } }) do
+    local base = run_of({ attention = "sdpa" }, layout)
+    T.ok(require("stdlib.parallel").device_ignores(base.parallel).optimizer, "ignored")
+    local need, st = fit.need(base)
+    local tried = 0
+    for _, m in ipairs(fit.MENU) do
+      if m.name:find("optimizer states", 1, true) or m.name:find("AdamW", 1, true)
+          or m.name:find("Adafactor", 1, true) then
+        local r = fit.apply(base, { m })
+        T.ok(r.optimizer.name ~= base.optimizer.name
+          or r.optimizer.state_dtype ~= base.optimizer.state_dtype, m.name .. " edits")
+        local n, s = fit.need(r)
+        T.eq(n, need, m.name)
+        T.eq(s.at_peak, st.at_peak, m.name)
+        tried = tried + 1
+      end
+    end
+    T.eq(tried, 3)
+  end
+  T.eq(require("stdlib.parallel").device_ignores(run_of({}, { dp = 4, zero = 2 }).parallel), nil)
 end
 
 -- A layout cannot hold every-N-th checkpointing (stdlib/parallel.lua

@@ -288,6 +288,29 @@ function tests.layouts_of_8_gpus_respect_the_model_and_sort_by_communication()
   local fits, tried = par.fit(run, 8, 80 * 1000000000, WHERE)
   T.eq(tried, #list)
   for i = 2, #fits do T.ok(fits[i - 1].comm <= fits[i].comm, "least communication first") end
+  -- the search shares measuring passes between layouts, skips dominated
+  -- pipeline stages and stops pricing a layout once it cannot fit: each
+  -- need listed is still the layout's own budget priced alone, and the
+  -- layouts that fit are exactly those whose need is within the budget
+  local alone, pp = {}, 0
+  for _, t in ipairs(list) do
+    alone[par.layout_name(t)] = par.budget(normalize(t, { seq = 1024 })).device_total_bytes
+    if t.pp > 1 then pp = pp + 1 end
+  end
+  T.ok(pp > 4, "pipelined layouts (measuring passes) among them")
+  local needs = {}
+  for _, v in pairs(alone) do needs[#needs + 1] = v end
+  table.sort(needs)
+  for _, budget in ipairs({ 80 * 1000000000, needs[#needs // 2], needs[1] - 1 }) do
+    local got = par.fit(run, 8, budget, WHERE)
+    local within = 0
+    for _, v in pairs(alone) do if v <= budget then within = within + 1 end end
+    T.eq(#got, within, "the layouts within " .. budget .. " B")
+    for _, e in ipairs(got) do
+      T.eq(e.need, alone[par.layout_name(e.layout)], par.layout_name(e.layout))
+    end
+  end
+  T.ok(needs[#needs // 2] < needs[#needs], "the middle budget leaves some out")
   -- DDP on 8 ranks: a ring all-reduce of the bf16 gradients, 2 x 7/8 x 2P bytes
   local ddp = normalize({ dp = 8 }, { seq = 1024 })
   T.eq(par.comm_bytes(ddp, ddp.parallel, P), 2 * 7 * P * 2 // 8)

@@ -25,6 +25,33 @@ function tests.every_field_has_a_description()
   end
 end
 
+-- run.key: copies of one run share a key exactly when they are equal,
+-- whatever order their fields were edited in (fit --knobs simulates each
+-- distinct run once, keyed by it).
+function tests.copies_share_a_key_exactly_when_equal()
+  local base = bare({ optimizer = { name = "adamw", state_dtype = "fp32" } })
+  local function edited(f)
+    local r = R.copy(base)
+    f(r)
+    return R.key(r, base)
+  end
+  T.eq(edited(function() end), edited(function() end))
+  local a = edited(function(r) r.ckpt = true; r.optimizer.state_dtype = "bf16" end)
+  T.eq(a, edited(function(r) r.optimizer.state_dtype = "bf16"; r.ckpt = true end))
+  T.ok(a ~= edited(function(r) r.ckpt = true end), "a nested field differs")
+  T.ok(edited(function(r) r.batch = 2.0 end) ~= edited(function() end),
+    "2.0 is not the integer 2")
+  T.ok(edited(function(r) r.lora = { r = 8 } end) ~= edited(function(r) r.lora = { r = 16 } end),
+    "a new table's contents count")
+  T.eq(edited(function(r) r.lora = { r = 8 } end), edited(function(r) r.lora = { r = 8 } end))
+  -- a field removed is not the field kept
+  T.ok(edited(function(r) r.optimizer = nil end) ~= edited(function() end), "a removed field")
+  T.ok(edited(function(r) r.optimizer = nil end) ~= edited(function(r) r.optimizer = {} end),
+    "removed is not emptied")
+  -- skipped fields are not compared
+  T.eq(R.key(R.with(base, { ckpt = true }), base, { ckpt = true }), R.key(base, base))
+end
+
 function tests.a_bare_run_gets_the_documented_defaults()
   local r = bare()
   T.eq(r.mode, "train")
