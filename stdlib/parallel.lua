@@ -22,6 +22,7 @@ local optim = require("stdlib.optim")
 local report = require("stdlib.report")
 local frameworks = require("stdlib.frameworks")
 local gpus = require("stdlib.gpus")
+local Sim = require("stdlib.sim")
 
 local M = {}
 
@@ -369,6 +370,18 @@ end
 -- Whether the parameters the family builds hold their bytes on the tape.
 local function params_on_tape(scheme) return scheme == "ddp" or scheme == "zero1" end
 
+-- f(p, copies) for each parameter of a list with groups (stdlib/sim.lua),
+-- once for all the identical copies it stands for.
+local function each_param(list, f)
+  for _, p in ipairs(list) do
+    if p.group then
+      for _, q in ipairs(p.params) do f(q, p.count) end
+    else
+      f(p, 1)
+    end
+  end
+end
+
 -- One pass of the role's step on a fresh simulator. held: bytes one
 -- micro-batch's forward leaves held, or a function giving them, asked only
 -- once the step is not cut off (nil on the measuring pass). cutoff
@@ -396,11 +409,16 @@ local function pass(family, run, L, role, held, mid, cutoff)
   S:set_param_storage(params_on_tape(scheme))
   local P = family.build(S, run, step.policies(run))
   S:set_param_storage(true)
-  local params = S:flat_params() -- identical layers' groups, one table per parameter
+  -- identical layers' parameters are one group (stdlib/sim.lua): each of
+  -- its parameters is read once, for all its copies (each_param)
+  local params = S.params
   -- expert parameters (EP): ZeRO partitions them over the dp/ep ranks that
-  -- hold the same experts
-  for _, l in ipairs(P.layers or {}) do
-    local b = l.moe
+  -- hold the same experts. The layers made so far: one not made yet is a
+  -- copy of a group's first layer, whose parameters are the group's
+  local layers = P.layers or {}
+  for i = 1, #layers do
+    local b = rawget(layers, i)
+    b = b and b.moe
     if b then
       for _, k in ipairs({ "gate_up", "down", "gate_up_b", "down_b" }) do
         if b[k] then b[k].expert = true end
@@ -417,12 +435,12 @@ local function pass(family, run, L, role, held, mid, cutoff)
   local states = info.states
   local function add_state(k, b) states[k] = (states[k] or 0) + b end
   local total, trainable, largest, expert_tr = 0, 0, 0, 0
-  for _, p in ipairs(params) do
-    total = total + p.n
-    if p.rg then trainable = trainable + p.n end
-    if p.rg and p.expert then expert_tr = expert_tr + p.n end
+  each_param(params, function(p, c)
+    total = total + p.n * c
+    if p.rg then trainable = trainable + p.n * c end
+    if p.rg and p.expert then expert_tr = expert_tr + p.n * c end
     if p.n > largest then largest = p.n end
-  end
+  end)
   info.param_count, info.trainable_count, info.largest_param = total, trainable, largest
   local opt = copy(run.optimizer)
   local function state_params(parts, dt)
@@ -443,20 +461,16 @@ local function pass(family, run, L, role, held, mid, cutoff)
   local fwd_window, bwd_window = 0, 0 -- transient gathered params (+ grads)
   local bwd_buffers, opt_transient = 0, 0
   if scheme == "ddp" then
-    for _, p in ipairs(params) do
-      add_state("weights", nbytes(p.dt, p.n))
-      if p.rg then add_state("gradients", nbytes(p.dt, p.n)) end
-    end
+    each_param(params, function(p, c)
+      add_state("weights", nbytes(p.dt, p.n) * c)
+      if p.rg then add_state("gradients", nbytes(p.dt, p.n) * c) end
+    end)
     local tr = step.trainable(S, params)
     optim.init_state(S, tr, opt)
-    for _, p in ipairs(tr) do
-      add_state("optimizer_state", state_bytes(p.n, p.dt))
-    end
+    each_param(tr, function(p, c) add_state("optimizer_state", state_bytes(p.n, p.dt) * c) end)
     if L.dp * L.cp > 1 and not L.bucket_view and L.fsdp ~= "no_shard" then
       -- the reducer's flat buckets span every gradient once more
-      local g = 0
-      for _, p in ipairs(tr) do g = g + p.b end
-      tape:alloc(g, "buffers", "ddp.buckets")
+      tape:alloc(Sim.sum(tr, "b"), "buffers", "ddp.buckets")
       assume(("DDP buckets: a second copy of the gradients (%d MB cap per bucket; "
         .. "gradient_as_bucket_view=false)"):format(L.bucket_cap_mb))
     end
@@ -467,7 +481,9 @@ local function pass(family, run, L, role, held, mid, cutoff)
     -- (nccl_start_alignment_factor); stage 3 pads every parameter to world.
     local part = 0
     if scheme == "zero3" then
-      for _, p in ipairs(params) do if p.rg then part = part + ceil_div(p.n, group(p)) end end
+      each_param(params, function(p, c)
+        if p.rg then part = part + ceil_div(p.n, group(p)) * c end
+      end)
     else
       part = ceil_div(trainable - expert_tr, 2 * N) * 2
       if expert_tr > 0 then part = part + ceil_div(expert_tr, 2 * Ne) * 2 end
@@ -505,9 +521,9 @@ local function pass(family, run, L, role, held, mid, cutoff)
     -- the 16-bit parameters
     if scheme == "zero3" then
       local resident = 0
-      for _, p in ipairs(params) do
-        resident = resident + (p.n < L.persistence and p.n or ceil_div(p.n, group(p)))
-      end
+      each_param(params, function(p, c)
+        resident = resident + (p.n < L.persistence and p.n or ceil_div(p.n, group(p))) * c
+      end)
       if off.params == "none" then
         tape:alloc(S:bytes(cdt, resident), "weights", "zero3.param_partitions")
       elseif off.params == "cpu" then
@@ -535,8 +551,7 @@ local function pass(family, run, L, role, held, mid, cutoff)
       assume(("ZeRO-3 gathered window: largest module (%d) + prefetch bucket, "
         .. "steady state over the whole forward/backward"):format(largest))
     else
-      local full = 0
-      for _, p in ipairs(params) do full = full + p.n end
+      local full = total
       if scheme == "zero2" then
         tape:alloc(S:bytes(cdt, full), "weights", "zero.bit16_params")
         -- gradients land in the bucket, then in this rank's partition
@@ -549,7 +564,9 @@ local function pass(family, run, L, role, held, mid, cutoff)
         end
       else
         -- ZeRO-1: full gradients until the step, reduced in buckets
-        for _, p in ipairs(params) do if p.rg then add_state("gradients", nbytes(cdt, p.n)) end end
+        each_param(params, function(p, c)
+          if p.rg then add_state("gradients", nbytes(cdt, p.n) * c) end
+        end)
         bwd_buffers = 0
         info.reduce_tail = S:bytes(cdt, math.min(L.reduce_bucket, trainable))
       end
@@ -562,7 +579,7 @@ local function pass(family, run, L, role, held, mid, cutoff)
       units[i] = { n = 0, params = {} }
       for id in pairs(ids) do in_unit[id] = i end
     end
-    for _, p in ipairs(params) do
+    for _, p in ipairs(Sim.expand(params)) do -- every layer's own parameter tables
       local u = in_unit[p.id] and units[in_unit[p.id]] or root
       u.n = u.n + p.n
       u.params[#u.params + 1] = p

@@ -238,6 +238,37 @@ function tests.budget_has_one_entry_per_stage_and_the_largest_on_top()
   T.eq(b.per_rank[1].microbatch_held_bytes, b.per_rank[2].microbatch_held_bytes)
 end
 
+-- The model states read identical layers' parameters as one group (each
+-- parameter once, for all its copies, stdlib/sim.lua): every scheme's
+-- budget is the one with every layer built alone (run.group_layers =
+-- false), to the byte, assumptions and per-rank figures included.
+function tests.grouped_layers_give_the_budget_of_every_layer_built_alone()
+  local function both(parallel, run_over, model_over, preset)
+    local a = normalize(parallel, run_over, model_over, preset)
+    local b = normalize(parallel, run_over, model_over, preset)
+    b.group_layers = false
+    return par.budget(a), par.budget(b)
+  end
+  local dense = { num_hidden_layers = 6 }
+  for _, p in ipairs({ { dp = 4 }, { dp = 4, zero = 1 }, { dp = 4, zero = 2 },
+    { dp = 4, zero = 2, offload = { optimizer = "cpu" } }, { dp = 4, zero = 3 },
+    { dp = 4, zero = 3, stage3_param_persistence_threshold = 2000000 },
+    { dp = 4, fsdp = "full_shard" }, { dp = 4, fsdp = "full_shard", fsdp_version = 2 },
+    { dp = 2, tp = 2, pp = 2 } }) do
+    local got, alone = both(p, { seq = 256 }, dense)
+    T.eq(got, alone, par.layout_name(p))
+  end
+  -- LoRA: a group of frozen weights and trainable adapters
+  local got, alone = both({ dp = 4, zero = 2 }, { seq = 256, lora = { rank = 8 } }, dense)
+  T.eq(got, alone, "lora under zero-2")
+  -- experts partitioned over dp/ep ranks: ZeRO-1 and -3
+  for _, p in ipairs({ { dp = 4, ep = 2, zero = 1 }, { dp = 4, ep = 4, zero = 3 } }) do
+    got, alone = both(p, { seq = 64, moe = { impl = "grouped" } }, { num_hidden_layers = 4 },
+      "qwen3_30b_a3b")
+    T.eq(got, alone, "qwen3-30b-a3b " .. par.layout_name(p))
+  end
+end
+
 -- Qwen3-30B-A3B (examples/configs/qwen3_30b_a3b.json): 48 layers, hidden
 -- 2048, 128 experts of width 768 (SwiGLU: 3 matrices), 30,532,122,624
 -- parameters (test_models.lua's published count).
