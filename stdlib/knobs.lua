@@ -4,7 +4,8 @@
 --
 --   local K = require("stdlib.knobs").new(spec_table, where, families)
 --   K:peak{ batch = 8, seq = 1024, lora_rank = 32, image = { width = 640, height = 480 },
---           images = 2, layers = 24, vision_layers = 18, ckpt = "full", grad_accum = 4 }
+--           images = 2, layers = 24, vision_layers = 18, ckpt = "full", ckpt_segment = 2,
+--           grad_accum = 4 }
 --   K:eval{...} -> {peak, peak_phase, peak_op, at_peak}
 --
 -- batch, seq, the LoRA rank and an image's pixels (through the family's
@@ -39,7 +40,8 @@ local EDIT = {
   end,
   images = function(s, v) sub(s.run, "images").count = v end,
   grad_accum = function(s, v) s.run.grad_accum = v end,
-  ckpt = function(s, v) s.run.grad_checkpointing = v end,
+  ckpt = function(s, v) s.run.grad_checkpointing = v end, -- "none", "full" or every n-th layer
+  ckpt_segment = function(s, v) s.run.checkpoint_segment = v end, -- layers per segment
   layers = function(s, v) sub(s.model, "overrides").num_hidden_layers = v end,
   vision_layers = function(s, v, base)
     local vc = base.hf_config.vision_config
@@ -55,7 +57,7 @@ table.sort(M.KNOBS)
 
 -- The knobs that change the op structure, in the cache's order; lora_rank
 -- and image join them when they cannot be symbolic.
-local STRUCTURAL = { "layers", "vision_layers", "images", "ckpt", "grad_accum" }
+local STRUCTURAL = { "layers", "vision_layers", "images", "ckpt", "ckpt_segment", "grad_accum" }
 
 local K = {}
 K.__index = K

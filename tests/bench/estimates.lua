@@ -87,8 +87,8 @@ local KNOBS = {
   end)() },
   { "text layers 9, 18, 27, 36", vlm, range(9, 36, 9, function(v) return { layers = v } end) },
   { "vision layers 18, 24", vlm, { { vision_layers = 18 }, { vision_layers = 24 } } },
-  { "checkpointing none, full, every 2nd layer", vlm,
-    { { ckpt = "none" }, { ckpt = "full" }, { ckpt = 2 } } },
+  { "checkpointing none, full, every 2nd layer, segments of 3", vlm,
+    { { ckpt = "none" }, { ckpt = "full" }, { ckpt = 2 }, { ckpt_segment = 3 } } },
 }
 print("Qwen3-VL-4B training step, every knob compiled (stdlib/knobs.lua)"
   .. (peer_us and (", llm-analysis %.1f us per estimate in this run"):format(peer_us) or ""))

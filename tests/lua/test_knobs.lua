@@ -33,6 +33,7 @@ local function simulated(base, k)
   if k.images then r.images.count = k.images end
   if k.grad_accum then r.grad_accum = k.grad_accum end
   if k.ckpt then r.grad_checkpointing = k.ckpt end
+  if k.ckpt_segment then r.checkpoint_segment = k.ckpt_segment end
   if k.layers then s.model.overrides.num_hidden_layers = k.layers end
   if k.vision_layers then
     local cfg = spec.normalize(base, where, registry).hf_config
@@ -91,7 +92,7 @@ function tests.structural_knobs_equal_the_simulation()
     { layers = 2 }, { layers = 5, batch = 3 }, { vision_layers = 18 },
     { vision_layers = 20, image = { width = 512, height = 384 } },
     { images = 2 }, { images = 3, seq = 100, lora_rank = 20 },
-    { ckpt = "full" }, { ckpt = 2, batch = 4 }, { ckpt = "full", seq = 1 },
+    { ckpt = "full" }, { ckpt = 2, batch = 4 }, { ckpt = "full", seq = 1 }, { ckpt_segment = 2 },
     { grad_accum = 2 }, { grad_accum = 3, batch = 1 },
     { layers = 4, images = 2, ckpt = "full", grad_accum = 2, batch = 3, seq = 70,
       lora_rank = 12, image = { width = 700, height = 500 } },
