@@ -95,11 +95,30 @@ function M.layers(S, layers, n, one, x, label)
   local tape = S.tape
   x = one(1, x)
   local before, rbefore = tape:mark()
+  -- layers built as one group (Sim:build_layers) whose forward keeps no
+  -- state outside the tape (autocast's weight casts do) echo layer 2 for
+  -- layer n: the same events, its tensors new, its input layer 2's output
+  -- and its parameters layer n's (copy n - 1 for copy 1); a checkpointed
+  -- layer spoils the echo (tape:echo_end false) and layer n runs
+  local mt = getmetatable(layers)
+  local G = mt and mt.group
+  local echo = G and G.count == n and not S.autocast
+  if echo then tape:echo() end
+  local input = x
   x = one(2, x)
+  if echo then echo = tape:echo_end() end
   local after, rafter = tape:mark()
   local edges, nper, stride = middle_edges(layers, n)
   local bulk = tape:bulk(after - before, rafter - rbefore, n - 3, edges, nper or 0, label, stride)
-  x = one(n, x)
+  if echo then
+    local lo = G.first + G.stride
+    local out = {}
+    for k, v in pairs(x) do out[k] = v end
+    out.id = tape:echo_replay({ input.id, x.id }, lo, lo + G.stride, (n - 2) * G.stride, x.id)
+    x = out
+  else
+    x = one(n, x)
+  end
   tape:bulk_end(bulk)
   return x
 end

@@ -264,14 +264,15 @@ function Sim:build_layers(n, build, uniform)
   tape:capture()
   local template = build(1)
   ls[1] = template
-  local stride = tape:capture_end()
+  local stride, first = tape:capture_end()
   self.capturing = false
   if not stride then
     for i = 2, n do ls[i] = build(i) end
     return ls
   end
   tape:capture_repeat(n - 1)
-  local G = fold(self.params, np, { group = true, count = n, stride = stride,
+  -- first: layer 1's first tensor (layer i's tensors are first + (i - 1) * stride on)
+  local G = fold(self.params, np, { group = true, count = n, stride = stride, first = first,
     copies = {}, index = {} })
   for _, p in ipairs(G.params) do G.index[p] = true end
   fold(self.load_params, nl, { group = true, count = n, stride = stride,

@@ -415,15 +415,16 @@ static int l_capture(lua_State *L) {
   return st ? fail(L, "capture", st) : 0;
 }
 
-/* t:capture_end() -> tensors the capture created, or nil when another call
- * spoiled it */
+/* t:capture_end() -> tensors the capture created and the first one's id,
+ * or nil when another call spoiled it */
 static int l_capture_end(lua_State *L) {
-  int64_t stride = -1;
-  vr_status st = vr_tape_capture_end(check(L), &stride);
+  int64_t stride = -1, first = -1;
+  vr_status st = vr_tape_capture_end(check(L), &stride, &first);
   if (st) return fail(L, "capture_end", st);
   if (stride < 0) return 0;
   lua_pushinteger(L, (lua_Integer)stride);
-  return 1;
+  lua_pushinteger(L, (lua_Integer)first);
+  return 2;
 }
 
 /* t:capture_repeat(times): the captured allocs and temps again, times times */
@@ -431,6 +432,42 @@ static int l_capture_repeat(lua_State *L) {
   int64_t times = vb_checkint(L, 2, 0, "times");
   vr_status st = vr_tape_capture_repeat(check(L), times);
   return st ? fail(L, "capture_repeat", st) : 0;
+}
+
+/* t:echo(): from now on keep what the tape does (tape.h vr_tape_echo_begin) */
+static int l_echo(lua_State *L) {
+  vr_status st = vr_tape_echo_begin(check(L));
+  return st ? fail(L, "echo", st) : 0;
+}
+
+/* t:echo_end() -> whether the echo can be replayed */
+static int l_echo_end(lua_State *L) {
+  bool ok = false;
+  vr_status st = vr_tape_echo_end(check(L), &ok);
+  if (st) return fail(L, "echo_end", st);
+  lua_pushboolean(L, ok);
+  return 1;
+}
+
+/* t:echo_replay({from, to, ...}, lo, hi, delta, query) -> query's new id */
+static int l_echo_replay(lua_State *L) {
+  self(L);
+  int64_t flat[2 * VR_MAX_EDGES], from[VR_MAX_EDGES], to[VR_MAX_EDGES];
+  int n = read_ids(L, 2, flat, 2 * VR_MAX_EDGES, "id pairs");
+  if (n % 2) luaL_argerror(L, 2, "ids come in {from, to} pairs");
+  for (int i = 0; i < n / 2; i++) {
+    from[i] = flat[2 * i];
+    to[i] = flat[2 * i + 1];
+  }
+  int64_t lo = (int64_t)luaL_checkinteger(L, 3), hi = (int64_t)luaL_checkinteger(L, 4);
+  int64_t delta = (int64_t)luaL_checkinteger(L, 5), query = (int64_t)luaL_checkinteger(L, 6);
+  if (lo < 0 || hi < lo || (hi > lo && (delta > INT64_MAX - hi || delta < -lo)))
+    return luaL_argerror(L, 5, "the shifted ids leave 0 .. 2^63");
+  int64_t answer = -1;
+  vr_status st = vr_tape_echo_replay(check(L), from, to, n / 2, lo, hi, delta, query, &answer);
+  if (st) return fail(L, "echo_replay", st);
+  lua_pushinteger(L, (lua_Integer)answer);
+  return 1;
 }
 
 static int l_ckpt_begin(lua_State *L) {
@@ -814,7 +851,8 @@ static const luaL_Reg methods[] = {
     {"timeline_event", l_timeline_event}, {"timeline_repeat", l_timeline_repeat},
     {"timeline_collect", l_timeline_collect}, {"capture", l_capture},
     {"capture_end", l_capture_end}, {"capture_repeat", l_capture_repeat},
-    {"node_of", l_node_of}, {"drop_of", l_drop_of},
+    {"node_of", l_node_of}, {"drop_of", l_drop_of}, {"echo", l_echo},
+    {"echo_end", l_echo_end}, {"echo_replay", l_echo_replay},
     {NULL, NULL}};
 
 static const luaL_Reg meta[] = {{"__gc", l_gc},

@@ -110,10 +110,18 @@ struct vr_tape {
   VEC(cap_op) cap;
   bool capturing, cap_bad, cap_ready;
   size_t cap_first, cap_next;
+  /* an echo (vr_tape_echo_begin): its events (the checkpoint recording's
+   * format), whether it is open, spoiled or ready to replay, and the ids
+   * of the tensors it created */
+  VEC(event) echo;
+  bool echoing, echo_bad, echo_ready;
+  int64_t echo_lo, echo_hi;
 };
 
-/* Any call but alloc and temp spoils an open capture. */
+/* Any call but alloc and temp spoils an open capture; any but those and
+ * drop, retain and node an open echo (vr_tape_echo_begin) too. */
 static inline void spoil(vr_tape *t) { t->cap_bad = true; }
+static inline void spoil_all(vr_tape *t) { t->cap_bad = t->echo_bad = true; }
 
 /* Room for `need` items in vec (checked: never wraps). */
 #define GROW(t, vec, need) \
@@ -182,6 +190,7 @@ void vr_tape_free(vr_tape *t) {
   VEC_FREE(t, t->events);
   VEC_FREE(t, t->tl);
   VEC_FREE(t, t->cap);
+  VEC_FREE(t, t->echo);
   for (size_t i = 0; i < t->strings.n; i++)
     vr_mem_free(&t->mem, t->strings.v[i], strlen(t->strings.v[i]) + 1);
   VEC_FREE(t, t->strings);
@@ -198,6 +207,8 @@ void vr_tape_reset(vr_tape *t) {
   t->marks = 0;
   t->tensors.n = t->nodes.n = t->ids.n = t->edges.n = t->events.n = t->tl.n = t->cap.n = 0;
   t->capturing = t->cap_bad = t->cap_ready = false;
+  t->echo.n = 0;
+  t->echoing = t->echo_bad = t->echo_ready = false;
   t->cap_first = t->cap_next = 0;
   t->timeline = t->recompute = false;
   memset(&t->st, 0, sizeof t->st);
@@ -267,7 +278,7 @@ vr_status vr_tape_phase(vr_tape *t, const char *name) {
   int k = -1;
   vr_status st = vr_tape_intern(t, name, &k);
   if (st) return st;
-  spoil(t);
+  spoil_all(t);
   t->phase = k;
   if (t->trace && !vr_trace_push(t->trace, (vr_op){VR_OP_PHASE, 0, k, 0, 0, 0, 0, {0}}))
     return VR_ENOMEM;
@@ -275,7 +286,7 @@ vr_status vr_tape_phase(vr_tape *t, const char *name) {
 }
 
 vr_status vr_tape_trace(vr_tape *t, int64_t batch, int64_t seq) {
-  spoil(t);
+  spoil_all(t);
   vr_trace_free(t->trace);
   t->trace = vr_trace_new(&t->mem);
   if (!t->trace) return VR_ENOMEM;
@@ -294,7 +305,7 @@ vr_trace *vr_tape_take_trace(vr_tape *t) {
 }
 
 vr_status vr_tape_mark(vr_tape *t, int64_t *live) {
-  spoil(t);
+  spoil_all(t);
   *live = t->st.live;
   if (t->trace &&
       !vr_trace_push(t->trace, (vr_op){VR_OP_MARK, 0, -1, t->marks, 0, 0, 0, {0}}))
@@ -304,7 +315,7 @@ vr_status vr_tape_mark(vr_tape *t, int64_t *live) {
 }
 
 void vr_tape_rounding(vr_tape *t, int64_t small_round, int64_t small_max, int64_t large_round) {
-  spoil(t);
+  spoil_all(t);
   t->small_round = small_round > 0 ? small_round : 0;
   t->small_max = small_max > 0 ? small_max : 0;
   t->large_round = large_round > 0 ? large_round : 0;
@@ -391,13 +402,24 @@ static vr_status record(vr_tape *t, event e) {
   return VR_OK;
 }
 
+/* Room for k more echoed events, when an echo is open. */
+static bool echo_room(vr_tape *t, size_t k) {
+  return !t->echoing || GROW(t, t->echo, t->echo.n + k);
+}
+
+/* An event of an open echo (room reserved by echo_room). */
+static void echoed(vr_tape *t, event e) {
+  if (t->echoing) t->echo.v[t->echo.n++] = e;
+}
+
 /* Room for one more captured op, when a capture is open. */
 static bool cap_room(vr_tape *t) { return !t->capturing || GROW(t, t->cap, t->cap.n + 1); }
 
 vr_status vr_tape_alloc(vr_tape *t, int64_t bytes, int cat, int label, bool param,
                         int64_t *id) {
-  if (!cap_room(t)) return VR_ENOMEM;
+  if (!cap_room(t) || !echo_room(t, 1)) return VR_ENOMEM;
   vr_status st = new_tensor(t, bytes, cat, label, param, id);
+  if (st == VR_OK && !t->recording) echoed(t, (event){bytes, *id, EV_ALLOC, label, cat, param});
   if (st == VR_OK && t->recording)
     st = record(t, (event){bytes, *id, EV_ALLOC, label, cat, param});
   if (st == VR_OK && t->capturing)
@@ -419,12 +441,15 @@ vr_status vr_tape_drop(vr_tape *t, int64_t id) {
   if (t->recording) {
     vr_status st = record(t, (event){id, 0, EV_DROP, -1, 0, 0});
     if (st) return st;
+  } else {
+    if (!echo_room(t, 1)) return VR_ENOMEM;
+    echoed(t, (event){id, 0, EV_DROP, -1, 0, 0});
   }
   return py_release(t, id);
 }
 
 vr_status vr_tape_replay_drop(vr_tape *t, int64_t id) {
-  spoil(t);
+  spoil_all(t);
   if (!valid(t, id) || t->tensors.v[id].bulk) return VR_EBADID;
   if (!t->recording) return VR_ENOTRECORD;
   return record(t, (event){id, 0, EV_DROP, -1, 0, 0});
@@ -436,6 +461,9 @@ vr_status vr_tape_retain(vr_tape *t, int64_t id) {
   if (t->recording) {
     vr_status st = record(t, (event){id, 0, EV_RETAIN, -1, 0, 0});
     if (st) return st;
+  } else {
+    if (!echo_room(t, 1)) return VR_ENOMEM;
+    echoed(t, (event){id, 0, EV_RETAIN, -1, 0, 0});
   }
   t->tensors.v[id].refs++;
   t->tensors.v[id].py++;
@@ -445,10 +473,11 @@ vr_status vr_tape_retain(vr_tape *t, int64_t id) {
 vr_status vr_tape_temp(vr_tape *t, int64_t bytes, int cat, int label) {
   if (bytes < 0) return VR_EBYTES;
   if (cat < 0 || cat >= VR_NCAT) return VR_ECAT;
-  if (!cap_room(t)) return VR_ENOMEM;
+  if (!cap_room(t) || !echo_room(t, 1)) return VR_ENOMEM;
   vr_status st = account(t, bytes, cat, label);
   if (st) return st;
   st = account(t, -bytes, cat, label);
+  if (st == VR_OK && !t->recording) echoed(t, (event){bytes, 0, EV_TEMP, label, cat, 0});
   if (st == VR_OK && t->recording) st = record(t, (event){bytes, 0, EV_TEMP, label, cat, 0});
   if (st == VR_OK && t->capturing)
     t->cap.v[t->cap.n++] = (cap_op){bytes, label, (int8_t)cat, 1, 0};
@@ -456,7 +485,7 @@ vr_status vr_tape_temp(vr_tape *t, int64_t bytes, int cat, int label) {
 }
 
 vr_status vr_tape_capture_begin(vr_tape *t) {
-  if (t->recording || t->capturing) return VR_ENESTED;
+  if (t->recording || t->capturing || t->echoing) return VR_ENESTED;
   t->capturing = true;
   t->cap_bad = false;
   t->cap.n = 0;
@@ -465,8 +494,9 @@ vr_status vr_tape_capture_begin(vr_tape *t) {
   return VR_OK;
 }
 
-vr_status vr_tape_capture_end(vr_tape *t, int64_t *stride) {
+vr_status vr_tape_capture_end(vr_tape *t, int64_t *stride, int64_t *first) {
   if (!t->capturing) return VR_ENOTRECORD;
+  *first = (int64_t)t->cap_first;
   t->capturing = false;
   size_t allocs = 0;
   for (size_t i = 0; i < t->cap.n; i++) allocs += !t->cap.v[i].temp;
@@ -483,6 +513,7 @@ vr_status vr_tape_capture_end(vr_tape *t, int64_t *stride) {
 }
 
 vr_status vr_tape_capture_repeat(vr_tape *t, int64_t times) {
+  spoil_all(t); /* its tensors are no echoed allocs */
   /* right after its capture: the copies' ids follow the captured ones */
   if (t->capturing || !t->cap_ready || t->cap_next != t->tensors.n) return VR_ECOMPOSE;
   if (times < 0) return VR_EBYTES;
@@ -541,10 +572,132 @@ static vr_status push_node(vr_tape *t, const int64_t *saved, int nsaved, const v
   return VR_OK;
 }
 
+/* A node while an echo is open: pushed as usual and echoed in the
+ * recording's format (EV_NODE, then its saved, edge and output items). */
+static vr_status echo_node(vr_tape *t, const int64_t *saved, int nsaved, const vr_edge *in,
+                           int nin, const int64_t *out, int nout, int64_t temp, int label) {
+  if (!echo_room(t, 1 + (size_t)nsaved + (size_t)nin + (size_t)nout)) return VR_ENOMEM;
+  vr_status st = push_node(t, saved, nsaved, in, nin, out, nout, temp, label, true);
+  if (st) return st;
+  echoed(t, (event){temp, 0, EV_NODE, label, nsaved, nin * 65536 + nout});
+  for (int i = 0; i < nsaved; i++) echoed(t, (event){saved[i], 0, EV_ITEM, 0, 0, 0});
+  for (int i = 0; i < nin; i++)
+    echoed(t, (event){in[i].tensor, in[i].bytes, EV_ITEM, 0, 0, in[i].alias});
+  for (int i = 0; i < nout; i++) echoed(t, (event){out[i], 0, EV_ITEM, 0, 0, 0});
+  return VR_OK;
+}
+
+vr_status vr_tape_echo_begin(vr_tape *t) {
+  if (t->recording || t->capturing || t->echoing) return VR_ENESTED;
+  t->echoing = true;
+  t->echo_bad = t->echo_ready = false;
+  t->echo.n = 0;
+  t->echo_lo = (int64_t)t->tensors.n;
+  return VR_OK;
+}
+
+vr_status vr_tape_echo_end(vr_tape *t, bool *ok) {
+  if (!t->echoing) return VR_ENOTRECORD;
+  t->echoing = false;
+  t->echo_hi = (int64_t)t->tensors.n;
+  t->echo_ready = *ok = !t->echo_bad;
+  if (!*ok) t->echo.n = 0;
+  return VR_OK;
+}
+
+/* An echoed id as the replay sees it: a tensor the echo created becomes
+ * its replayed twin (map), one of the pairs its counterpart, one in
+ * [lo, hi) itself + delta, any other itself. */
+typedef struct {
+  const int64_t *map, *from, *to;
+  int npairs;
+  int64_t lo, hi, delta, echo_lo, echo_hi;
+} echo_map;
+
+static int64_t echo_id(const echo_map *m, int64_t x) {
+  if (x >= m->echo_lo && x < m->echo_hi) return m->map[x - m->echo_lo];
+  for (int k = 0; k < m->npairs; k++)
+    if (x == m->from[k]) return m->to[k];
+  return (x >= m->lo && x < m->hi) ? x + m->delta : x;
+}
+
+/* Replays n recorded events (a checkpoint's recording, an echo) with ids
+ * mapped by m; map receives the new ids of the tensors they created. tmp
+ * and etmp: room for a node's ids and edges (VR_MAX_EDGES each). */
+static vr_status replay_events(vr_tape *t, const event *evs, size_t n, const echo_map *m,
+                               int64_t *map, int64_t *tmp, vr_edge *etmp) {
+  vr_status st = VR_OK;
+  for (size_t e = 0; st == VR_OK && e < n; e++) {
+    event ev = evs[e];
+    int64_t x = ev.kind == EV_DROP || ev.kind == EV_RETAIN ? echo_id(m, ev.a) : -1;
+    switch (ev.kind) {
+      case EV_ALLOC: {
+        int64_t id = 0;
+        st = new_tensor(t, ev.a, ev.cat, ev.label, ev.aux, &id);
+        if (st == VR_OK) map[ev.b - m->echo_lo] = id;
+        break;
+      }
+      case EV_DROP:
+        if (!valid(t, x) || t->tensors.v[x].bulk) st = VR_EBADID;
+        else st = py_release(t, x);
+        break;
+      case EV_RETAIN:
+        if (!valid(t, x) || t->tensors.v[x].bulk) {
+          st = VR_EBADID;
+        } else {
+          t->tensors.v[x].refs++;
+          t->tensors.v[x].py++;
+        }
+        break;
+      case EV_TEMP:
+        st = account(t, ev.a, ev.cat, ev.label);
+        if (st == VR_OK) st = account(t, -ev.a, ev.cat, ev.label);
+        break;
+      case EV_NODE: {
+        int nsaved = ev.cat, nin = ev.aux / 65536, nout = ev.aux % 65536;
+        size_t k = e + 1;
+        for (int i = 0; i < nsaved; i++) tmp[i] = echo_id(m, evs[k++].a);
+        for (int i = 0; i < nin; i++, k++)
+          etmp[i] = (vr_edge){echo_id(m, evs[k].a), evs[k].b, evs[k].aux};
+        for (int i = 0; i < nout; i++) tmp[nsaved + i] = echo_id(m, evs[k++].a);
+        st = push_node(t, tmp, nsaved, etmp, nin, tmp + nsaved, nout, ev.a, ev.label, true);
+        e = k - 1;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return st;
+}
+
+vr_status vr_tape_echo_replay(vr_tape *t, const int64_t *from, const int64_t *to, int npairs,
+                              int64_t lo, int64_t hi, int64_t delta, int64_t query,
+                              int64_t *answer) {
+  if (t->recording || t->capturing || t->echoing || !t->echo_ready) return VR_ECOMPOSE;
+  t->echo_ready = false; /* one replay per echo */
+  int64_t span = t->echo_hi - t->echo_lo;
+  size_t nmap = (size_t)(span > 0 ? span : 1);
+  int64_t *map = (int64_t *)vr_mem_array(&t->mem, nmap, sizeof *map);
+  int64_t *tmp = (int64_t *)vr_mem_array(&t->mem, 2 * VR_MAX_EDGES, sizeof *tmp);
+  vr_edge *etmp = (vr_edge *)vr_mem_array(&t->mem, VR_MAX_EDGES, sizeof *etmp);
+  vr_status st = (map && tmp && etmp) ? VR_OK : VR_ENOMEM;
+  for (int64_t i = 0; st == VR_OK && i < span; i++) map[i] = -1;
+  echo_map m = {map, from, to, npairs, lo, hi, delta, t->echo_lo, t->echo_hi};
+  if (st == VR_OK) st = replay_events(t, t->echo.v, t->echo.n, &m, map, tmp, etmp);
+  if (st == VR_OK) *answer = echo_id(&m, query);
+  t->echo.n = 0;
+  vr_mem_free(&t->mem, map, nmap * sizeof *map);
+  vr_mem_free(&t->mem, tmp, 2 * VR_MAX_EDGES * sizeof *tmp);
+  vr_mem_free(&t->mem, etmp, VR_MAX_EDGES * sizeof *etmp);
+  return st;
+}
+
 vr_status vr_tape_node(vr_tape *t, const int64_t *saved, int nsaved, const vr_edge *in,
                        int nin, const int64_t *out, int nout, int64_t temp, int label) {
   if (temp < 0) return VR_EBYTES;
   spoil(t);
+  if (!t->recording && t->echoing) return echo_node(t, saved, nsaved, in, nin, out, nout, temp, label);
   if (!t->recording)
     return push_node(t, saved, nsaved, in, nin, out, nout, temp, label, true);
   vr_status chk = check_node(t, saved, nsaved, in, nin, out, nout);
@@ -567,7 +720,7 @@ vr_status vr_tape_bulk(vr_tape *t, int64_t per_iter, int64_t per_iter_reserved, 
   vr_edge *copy = NULL;
   vr_status st = VR_OK;
   int slot = 0; /* a finished bulk's slot is reused */
-  spoil(t);
+  spoil_all(t);
   if (t->recording) return VR_ENESTED;
   if (per_iter < 0 || iters < 0 || nper < 0) return VR_EBYTES;
   if (iters == 0) nper = 0; /* no layers: no edges to read, whatever nper says */
@@ -613,14 +766,14 @@ out:
 }
 
 vr_status vr_tape_bulk_end(vr_tape *t, int index) {
-  spoil(t);
+  spoil_all(t);
   if (index < 0 || index >= t->nbulks) return VR_EBADID;
   t->bulks[index].watch_hi = t->nodes.n;
   return VR_OK;
 }
 
 vr_status vr_tape_ckpt_begin(vr_tape *t) {
-  spoil(t);
+  spoil_all(t);
   if (t->recording) return VR_ENESTED;
   t->recording = true;
   t->rec_ev_lo = t->events.n;
@@ -630,7 +783,7 @@ vr_status vr_tape_ckpt_begin(vr_tape *t) {
 
 vr_status vr_tape_ckpt_end(vr_tape *t, const int64_t *inputs, int nin, const int64_t *out,
                            int nout, int label) {
-  spoil(t);
+  spoil_all(t);
   if (!t->recording) return VR_ENOTRECORD;
   t->recording = false;
   vr_status st = push_node(t, inputs, nin, NULL, 0, out, nout, 0, label, true);
@@ -669,10 +822,6 @@ static vr_status next_node(vr_tape *t) {
   return run_node(t);
 }
 
-static inline int64_t remap(const int64_t *map, int64_t lo, int64_t hi, int64_t x) {
-  return (x >= lo && x < hi) ? map[x - lo] : x;
-}
-
 /* Backward of a checkpoint node: recompute the segment with saving on, hand
  * the segment outputs' gradients to their recomputed twins, run the
  * recomputed nodes, then let the recomputed outputs go. */
@@ -687,46 +836,11 @@ static vr_status run_ckpt(vr_tape *t, node nd, const int64_t *outs) {
   size_t base = t->nodes.n;
   if (!map || !tmp || !etmp) st = VR_ENOMEM;
   for (int64_t i = 0; st == VR_OK && i < span; i++) map[i] = -1;
-#define MAP(x) remap(map, nd.id_lo, nd.id_hi, (x))
+  echo_map m = {map, NULL, NULL, 0, 0, 0, 0, nd.id_lo, nd.id_hi}; /* the segment's own */
+#define MAP(x) echo_id(&m, (x))
   t->recompute = true;
-  for (size_t e = nd.ev_lo; st == VR_OK && e < nd.ev_hi; e++) {
-    event ev = t->events.v[e];
-    switch (ev.kind) {
-      case EV_ALLOC: {
-        int64_t id = 0;
-        st = new_tensor(t, ev.a, ev.cat, ev.label, ev.aux, &id);
-        if (st == VR_OK) map[ev.b - nd.id_lo] = id;
-        break;
-      }
-      case EV_DROP:
-        st = valid(t, MAP(ev.a)) ? py_release(t, MAP(ev.a)) : VR_EBADID;
-        break;
-      case EV_RETAIN:
-        if (valid(t, MAP(ev.a))) {
-          t->tensors.v[MAP(ev.a)].refs++;
-          t->tensors.v[MAP(ev.a)].py++;
-        } else
-          st = VR_EBADID;
-        break;
-      case EV_TEMP:
-        st = account(t, ev.a, ev.cat, ev.label);
-        if (st == VR_OK) st = account(t, -ev.a, ev.cat, ev.label);
-        break;
-      case EV_NODE: {
-        int nsaved = ev.cat, nin = ev.aux / 65536, nout = ev.aux % 65536;
-        size_t k = e + 1;
-        for (int i = 0; i < nsaved; i++) tmp[i] = MAP(t->events.v[k++].a);
-        for (int i = 0; i < nin; i++, k++)
-          etmp[i] = (vr_edge){MAP(t->events.v[k].a), t->events.v[k].b, t->events.v[k].aux};
-        for (int i = 0; i < nout; i++) tmp[nsaved + i] = MAP(t->events.v[k++].a);
-        st = push_node(t, tmp, nsaved, etmp, nin, tmp + nsaved, nout, ev.a, ev.label, true);
-        e = k - 1;
-        break;
-      }
-      default:
-        break;
-    }
-  }
+  if (st == VR_OK)
+    st = replay_events(t, t->events.v + nd.ev_lo, nd.ev_hi - nd.ev_lo, &m, map, tmp, etmp);
   t->recompute = false;
   /* The recomputed outputs stand in for the originals in backward. */
   for (int i = 0; st == VR_OK && i < nd.nout; i++) {
@@ -903,7 +1017,7 @@ static vr_status run_node(vr_tape *t) {
 
 vr_status vr_tape_backward(vr_tape *t, int64_t root) {
   vr_status st = VR_OK;
-  spoil(t);
+  spoil_all(t);
   if (t->recording) return VR_ENESTED;
   if (root >= 0) {
     if (!valid(t, root)) return VR_EBADID;
@@ -920,21 +1034,21 @@ vr_status vr_tape_backward(vr_tape *t, int64_t root) {
 
 vr_status vr_tape_zero_grad(vr_tape *t) {
   vr_status st = VR_OK;
-  spoil(t);
+  spoil_all(t);
   for (size_t i = 0; i < t->tensors.n && st == VR_OK; i++)
     if (t->tensors.v[i].param) st = free_grad(t, (int64_t)i);
   return st;
 }
 
 void vr_tape_timeline(vr_tape *t, bool on) {
-  spoil(t);
+  spoil_all(t);
   t->timeline = on;
 }
 
 size_t vr_tape_timeline_len(const vr_tape *t) { return t->tl.n; }
 
 vr_status vr_tape_timeline_repeat(vr_tape *t, size_t from, size_t to, int64_t times) {
-  spoil(t);
+  spoil_all(t);
   if (from > to || to > t->tl.n || times < 0) return VR_EBADID;
   size_t span = to - from, need = 0;
   if (span == 0 || times == 0) return VR_OK;

@@ -116,12 +116,26 @@ vr_status vr_tape_bulk_end(vr_tape *t, int bulk);
  * every alloc and temp as it happens; any other call (drop, node, phase,
  * backward, ...) spoils the capture. capture_end gives the number of
  * tensors the captured span created (its id stride), or -1 when it was
- * spoiled; capture_repeat then performs the same allocs and temps `times`
+ * spoiled, and the id of the first tensor captured; capture_repeat then performs the same allocs and temps `times`
  * more times, in order, through the same accounting (peaks, timeline,
  * trace): exactly what building those layers one by one would have done. */
 vr_status vr_tape_capture_begin(vr_tape *t);
-vr_status vr_tape_capture_end(vr_tape *t, int64_t *stride);
+vr_status vr_tape_capture_end(vr_tape *t, int64_t *stride, int64_t *first);
 vr_status vr_tape_capture_repeat(vr_tape *t, int64_t times);
+
+/* A layer's forward simulated once and echoed for another identical layer
+ * (stdlib/compose.lua). Between echo_begin and echo_end the tape keeps its
+ * allocs, drops, retains, temps and nodes (in the checkpoint recording's
+ * form) while doing them; any other call spoils the echo (ok false).
+ * echo_replay then does them again with ids mapped: a tensor the echo
+ * created becomes a new one, from[k] becomes to[k], an id in [lo, hi)
+ * becomes id + delta (the next layer's parameters), any other id stays
+ * (masks, rotary tables); *answer is query mapped (the layer's output). */
+vr_status vr_tape_echo_begin(vr_tape *t);
+vr_status vr_tape_echo_end(vr_tape *t, bool *ok);
+vr_status vr_tape_echo_replay(vr_tape *t, const int64_t *from, const int64_t *to, int npairs,
+                              int64_t lo, int64_t hi, int64_t delta, int64_t query,
+                              int64_t *answer);
 
 /* Compiled estimates (trace.h): from now on the tape records its
  * accounting as a program; the probe's (batch, seq) is stored with it. */

@@ -175,6 +175,36 @@ function tests.a_spoiled_capture_is_not_repeated()
   T.raises(function() tape:capture_repeat(1) end, "composed layers", "nothing to repeat")
 end
 
+-- An echo replays a layer's events with its tensors new, the pairs and the
+-- shifted range mapped and every other id kept; anything but alloc, drop,
+-- retain, temp and node spoils it.
+function tests.an_echo_replays_a_layer_with_its_ids_mapped()
+  local tape = vram.tape()
+  local w1 = tape:param(64, "weights", "w") -- layer 1's and layer 2's weights
+  local w2 = tape:param(64, "weights", "w")
+  local mask = tape:alloc(8, "activations", "mask")
+  local x = tape:alloc(100, "activations", "x")
+  tape:echo()
+  local y = tape:alloc(100, "activations", "y")
+  tape:node({ x, w1, mask }, { x, 100, w1, 64 }, { y }, 32, "mm")
+  tape:temp(16, "temporaries", "t")
+  tape:drop(x)
+  T.eq(tape:echo_end(), true, "an echo of allocs, nodes, temps and drops")
+  local live = tape:live()
+  local z = tape:echo_replay({ x, y }, w1, w1 + 1, w2 - w1, y)
+  T.eq(z, y + 1, "the output is the next tensor")
+  T.eq(tape:live(), live + 100 - 0, "y stays saved, z is new")
+  tape:backward(z)
+  T.ok(tape:grad(w2) ~= nil, "layer 2's weight got the replayed node's gradient")
+  T.ok(tape:grad(w1) ~= nil, "and through y, the replay's input, layer 1's")
+  T.raises(function() tape:echo_replay({}, 0, 0, 0, 0) end, "composed layers", "one replay")
+  tape:echo()
+  tape:alloc(8, "activations")
+  tape:phase("backward")
+  T.eq(tape:echo_end(), false, "a phase spoils it")
+  T.raises(function() tape:echo_replay({}, 0, 0, 0, 0) end, "composed layers", "spoiled")
+end
+
 -- tape:node_of and tape:drop_of read the tensors themselves (Sim:node,
 -- Sim:drop): edges without rg are left out, a node without any is not
 -- recorded, bytes default to the tensor's, and bad lists are argument
