@@ -3,7 +3,6 @@ local decoder = require("models.decoder")
 local registry = require("models.registry")
 local layers = require("stdlib.layers")
 local loss = require("stdlib.loss")
-local moe = require("stdlib.moe")
 local with = require("stdlib.run").with
 
 local F = {}
@@ -74,7 +73,8 @@ end
 -- loss + router_aux_loss_coef * load_balancing_loss(all router logits)
 local function add_aux(S, P, run, l, kept)
   if not kept or #kept == 0 then return l end
-  local aux = moe.aux_loss(S, kept, run.batch * run.seq, P.m.moe, "aux_loss")
+  -- required here: a dense model's process never loads stdlib/moe.lua
+  local aux = require("stdlib.moe").aux_loss(S, kept, run.batch * run.seq, P.m.moe, "aux_loss")
   for _, lg in ipairs(kept) do S:drop(lg) end
   local scaled = S:op("aux_loss.coef", 1, aux.dt, { aux }, {}, { { aux } })
   S:drop(aux)
