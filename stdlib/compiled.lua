@@ -61,8 +61,10 @@ local SIZES = {
       return { lora = l }
     end },
   image_tokens = { degree = 2, base = 64, further = { 72, 90 },
-    applies = function(run)
-      return run.vision ~= nil and run.vision.grid_h ~= nil and run.vision.grid_w ~= nil
+    applies = function(run) -- a dynamic grid whose tokens are the merged grid's
+      local v = run.vision
+      return v ~= nil and v.grid_h ~= nil and v.grid_w ~= nil and v.windows == nil and
+        (run.vlm == nil or run.vlm.tokens == nil)
     end,
     get = function(run)
       local f = shuffle(run)
@@ -139,6 +141,9 @@ local function fit(run, names, held, exact)
   for i, p in ipairs(ps) do
     local tr, n = trace(run, names, p, exact)
     traces[i], nm = tr, nm or n
+    if #tr ~= #traces[1] then -- stop early: the fit would refuse
+      return nil, "the probes' traces differ in shape (a size-dependent branch)"
+    end
   end
   local alloc = frameworks.of(run).allocator
   return vram.fit_program(traces, nm, alloc and alloc.round or 0, ps, deg)

@@ -79,29 +79,81 @@ function K:simulate(k)
   return step.run(spec.normalize(self:spec_with(k), self.where, self.families))
 end
 
--- Merged tokens per image for image = {width, height, max_pixels}: the
--- family's own processor rule and grid (its simulator description).
+-- The family's description of the run's vision side for image = {width,
+-- height, max_pixels} (its processor's grid, models/README.md).
+function K:describe(image)
+  local d = self.family.simulator(self.model, { count = 1, width = image.width,
+    height = image.height, max_pixels = image.max_pixels })
+  return d.vision, d.vlm
+end
+
+-- Whether two descriptions differ only in the patch grid (shallow: a
+-- nested table, such as attention windows, counts as a difference).
+local function only_grid(a, b)
+  for _, pair in ipairs({ { a, b }, { b, a } }) do
+    for k, v in pairs(pair[1]) do
+      if k ~= "grid_h" and k ~= "grid_w" and pair[2][k] ~= v then return false end
+    end
+  end
+  return true
+end
+
+-- Merged tokens per image for image = {width, height, max_pixels}, or
+-- false when the image changes more than the grid (special tokens placed
+-- by rows, windows): such an image is simulated.
 function K:tokens(image)
   local byw = self.token_memo[image.width] or {}
   self.token_memo[image.width] = byw
-  local key = image.height * 65536 + (image.max_pixels or 0) -- pixels stay far below 2^47
-  local u = byw[key]
-  if u then return u end
-  local d = self.family.simulator(self.model,
-    { count = 1, width = image.width, height = image.height, max_pixels = image.max_pixels })
-  local f = d.vlm.pixel_shuffle_factor or 1
-  u = d.vision.grid_h * d.vision.grid_w // (f * f)
-  byw[key] = u
+  local byh = byw[image.height] or {}
+  byw[image.height] = byh
+  local u = byh[image.max_pixels or 0]
+  if u ~= nil then return u end
+  local v, vlm = self:describe(image)
+  local f = vlm.pixel_shuffle_factor or 1
+  u = only_grid(v, self.base_vision) and only_grid(vlm, self.base_vlm)
+    and v.grid_h * v.grid_w // (f * f)
+  byh[image.max_pixels or 0] = u
   return u
+end
+
+-- The sizes a program takes, within the spec's own limits (stdlib/spec.lua).
+local LIMIT = { batch = spec.LIMITS.batch, seq = spec.LIMITS.seq, lora_rank = spec.LIMITS.rank }
+
+local function positive(where, field, v, limit)
+  if math.type(v) ~= "integer" or v < 1 or (limit and v > limit) then
+    errors.input(where, field, ("must be an integer from 1%s, got %s"):format(
+      limit and (" to %d"):format(limit) or "", tostring(v)))
+  end
+end
+
+-- k's knobs are knobs and its sizes sizes; raises otherwise.
+function K:check(name, v)
+  if not EDIT[name] then self:spec_with({ [name] = true }) end -- raises: not a knob
+  if LIMIT[name] then positive(self.where, name, v, LIMIT[name]) end
+  if name == "image" then
+    if type(v) ~= "table" then errors.input(self.where, "image", "must be {width, height}") end
+    positive(self.where, "image.width", v.width)
+    positive(self.where, "image.height", v.height)
+    if v.max_pixels ~= nil then positive(self.where, "image.max_pixels", v.max_pixels) end
+  end
+end
+
+-- A program's own sizes, their count and whether an image is one of them.
+local function prepare(est)
+  est.own, est.n = est:own(), #est.sizes
+  for _, name in ipairs(est.sizes) do est.image = est.image or name == "image_tokens" end
 end
 
 -- The program (or nil: simulated) for the structure of k.
 function K:entry(k)
-  local structural = self.is_structural
-  for name in next, k do
-    if structural[name] then return self:find(k) end
-    if not EDIT[name] then self:spec_with({ [name] = true }) end -- raises: not a knob
+  local structural, found = self.is_structural, false
+  for name, v in next, k do
+    found = found or structural[name]
+    if name ~= "batch" and name ~= "seq" or math.type(v) ~= "integer" or v < 1 or v > LIMIT[name] then
+      self:check(name, v)
+    end
   end
+  if found then return self:find(k) end
   return self.base_entry -- the spec's own structure: most calls
 end
 
@@ -124,11 +176,12 @@ function K:find(k)
     for _, name in ipairs(self.structural) do ks[name] = k[name] end
     local t0 = os.clock()
     local run = spec.normalize(self:spec_with(ks), self.where, self.families)
-    local est, why = compiled.try(run, self.symbolic)
+    local est, why = nil, self.failed[1]
+    if self.compilable then est, why = compiled.try(run, self.symbolic) end
     self.compile_s = self.compile_s + (os.clock() - t0)
     self.programs = self.programs + 1
     e = est or false
-    if est then est.own, est.n = est:own(), #est.sizes else self.failed[#self.failed + 1] = why end
+    if est then prepare(est) else self.failed[#self.failed + 1] = why end
     node[true] = e
   end
   return e or nil
@@ -152,13 +205,15 @@ end
 
 function K:peak(k)
   local e = self:entry(k)
-  if not e then return self:simulate(k).peak end
+  if not e or (k.image and e.image and not self:tokens(k.image)) then
+    return self:simulate(k).peak
+  end
   return answer(self, e, k, e.peak)
 end
 
 function K:eval(k)
   local e = self:entry(k)
-  if not e then
+  if not e or (k.image and e.image and not self:tokens(k.image)) then
     local st = self:simulate(k)
     return { peak = st.peak, peak_phase = st.peak_phase, peak_op = st.peak_op,
       at_peak = st.at_peak }
@@ -170,6 +225,14 @@ end
 -- a program takes (each size left out refused, with the reason); and the
 -- base structure's program.
 local function symbolic(self, base, want)
+  -- batch and seq alone first: a run that fails there fails for no size's
+  -- doing, and is refused after one try (an RL update's probes are slow)
+  local plain, why0 = compiled.try(base, {})
+  if not plain then
+    for _, name in ipairs(want) do self.refused[name] = why0 end
+    return {}, nil, why0
+  end
+  if #want == 0 then return want, plain end
   local est, why = compiled.try(base, want)
   if est then return want, est end
   local keep = {}
@@ -181,6 +244,7 @@ local function symbolic(self, base, want)
     for i = 2, #keep do self.refused[keep[i]] = why end
     keep = { keep[1] }
   end
+  if #keep == 0 then return keep, plain end
   return keep, compiled.try(base, keep)
 end
 
@@ -200,11 +264,16 @@ function M.new(spec_table, where, families)
   if compiled.SIZES.image_tokens.applies(base) then
     local family, typed = families.find(base.hf_config, base.config_path)
     self.family, self.model = family, family.read(typed, base.config_path)
-    if family.simulator then want[#want + 1] = "image_tokens" end
+    self.base_vision, self.base_vlm = base.vision, base.vlm -- the spec's image's
+    want[#want + 1] = "image_tokens"
   end
   local t0 = os.clock()
-  local est
-  self.symbolic, est = symbolic(self, base, want)
+  local est, why
+  self.symbolic, est, why = symbolic(self, base, want)
+  -- a run that does not compile as the spec gives it is simulated, every
+  -- structure (K.failed says why)
+  self.compilable = est ~= nil
+  if not est then self.failed[1] = why end
   self.structural = { table.unpack(STRUCTURAL) }
   local has = {}
   for _, n in ipairs(self.symbolic) do has[n] = true end
@@ -214,7 +283,7 @@ function M.new(spec_table, where, families)
   local node = self.cache
   for _ in ipairs(self.structural) do node = sub(node, false) end
   node[true] = est or false
-  if est then est.own, est.n = est:own(), #est.sizes end
+  if est then prepare(est) end
   self.base_entry = est or nil
   self.is_structural = {}
   for _, n in ipairs(self.structural) do self.is_structural[n] = true end

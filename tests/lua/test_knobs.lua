@@ -29,7 +29,10 @@ local function simulated(base, k)
   local r = s.run
   r.batch, r.seq = k.batch or r.batch, k.seq or r.seq
   if k.lora_rank then r.lora.rank = k.lora_rank end
-  if k.image then r.images.width, r.images.height = k.image.width, k.image.height end
+  if k.image then
+    r.images.width, r.images.height = k.image.width, k.image.height
+    r.images.max_pixels = k.image.max_pixels
+  end
   if k.images then r.images.count = k.images end
   if k.grad_accum then r.grad_accum = k.grad_accum end
   if k.ckpt then r.grad_checkpointing = k.ckpt end
@@ -78,6 +81,7 @@ function tests.symbolic_knobs_equal_the_simulation()
     { lora_rank = 1 }, { lora_rank = 3 }, { lora_rank = 40 }, { lora_rank = 128 },
     { image = { width = 256, height = 256 } }, { image = { width = 1024, height = 768 } },
     { image = { width = 640, height = 480 } }, { image = { width = 300, height = 900 } },
+    { image = { width = 1024, height = 768, max_pixels = 200000 } },
     { batch = 5, seq = 200, lora_rank = 24, image = { width = 800, height = 600 } },
     { batch = 1, seq = 64, lora_rank = 2, image = { width = 448, height = 448 } },
   })
@@ -117,6 +121,21 @@ function tests.a_rank_without_lora_in_the_spec_is_a_structure()
   same(K, base, { { grad_accum = 20, seq = 30 } })
 end
 
+-- Pixtral (Mistral Small 3.1) places an [IMG_BREAK] token after each row of
+-- patches: its image's tokens are not the merged grid's area, so the image
+-- is a structure of its own (was a wrong answer with the image a size).
+function tests.an_image_whose_tokens_follow_its_rows_is_a_structure()
+  local base = { model = { preset = "mistral_small_3_1_24b_instruct_2503",
+    overrides = { num_hidden_layers = 2 } }, run = { batch = 2, seq = 40, attention = "sdpa",
+    precision = { params = "bf16" }, lora = { rank = 8 } } }
+  local K = knobs.new(base, where, registry)
+  T.eq(K.symbolic, { "lora_rank" })
+  local s = copy(base)
+  s.run.batch, s.run.images = 3, { width = 700, height = 500 }
+  T.eq(K:peak({ batch = 3, image = { width = 700, height = 500 } }),
+    step.run(spec.normalize(s, where, registry)).peak, "700 x 500")
+end
+
 -- A size that is not a polynomial of the program's sizes is refused with the
 -- reason: a chunked loss's chunk is min(chunk_rows, rows).
 function tests.a_size_that_is_no_polynomial_is_refused()
@@ -128,8 +147,12 @@ function tests.a_size_that_is_no_polynomial_is_refused()
   T.ok(why:find("cannot be compiled", 1, true), why)
   T.raises(function() compiled.compile(run, where, { sizes = { "image_tokens" } }) end,
     "this run has no image_tokens to compile over")
-  T.raises(function() knobs.new(BASE, where, registry):peak({ nlayers = 3 }) end,
-    "nlayers: is not a knob")
+  local K0 = knobs.new(BASE, where, registry)
+  T.raises(function() K0:peak({ nlayers = 3 }) end, "nlayers: is not a knob")
+  T.raises(function() K0:peak({ layers = 2, nlayers = 3 }) end, "nlayers: is not a knob")
+  T.raises(function() K0:peak({ seq = 1 << 30 }) end, "seq: must be an integer from 1 to 16777216")
+  T.raises(function() K0:peak({ lora_rank = 0 }) end, "lora_rank: must be an integer from 1")
+  T.raises(function() K0:peak({ image = { width = 640 } }) end, "image.height: must be an integer")
   -- such a run still answers every knob, simulated, with the reason kept
   local chunked = { model = { preset = "qwen2_5_1_5b_instruct", overrides = { num_hidden_layers = 2 } },
     run = { batch = 2, seq = 64, lora = { rank = 8 }, loss = { impl = "chunked", chunk_rows = 4 } } }
