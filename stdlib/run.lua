@@ -150,31 +150,47 @@ end
 -- A run as a string that equal runs share: keys sorted, the simulator
 -- module (sim) and functions by identity, a table met again (shared or a
 -- cycle) by the order it was first met in.
+local function mixed_less(a, b)
+  local ta, tb = type(a), type(b)
+  if ta ~= tb then return ta < tb end
+  if ta == "number" or ta == "string" then return a < b end
+  return tostring(a) < tostring(b)
+end
 local function canonical(t, out, seen)
   seen.n = seen.n + 1
   seen[t] = seen.n
-  local keys = {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys, function(a, b)
-    local ta, tb = type(a), type(b)
-    if ta ~= tb then return ta < tb end
-    if ta == "number" or ta == "string" then return a < b end
-    return tostring(a) < tostring(b)
-  end)
-  out[#out + 1] = "{"
+  local keys, plain = {}, true
+  for k in pairs(t) do
+    keys[#keys + 1] = k
+    plain = plain and type(k) == "string"
+  end
+  table.sort(keys, not plain and mixed_less or nil) -- strings alone: the same order
+  local n = #out + 1
+  out[n] = "{"
   for _, k in ipairs(keys) do
     local v = t[k]
-    out[#out + 1] = type(k) == "string" and ("%q="):format(k) or ("[%s]="):format(tostring(k))
+    -- strings by length and bytes (a comma or brace inside one is not one)
+    n = n + 1
+    out[n] = type(k) == "string" and (#k .. ":" .. k .. "=") or ("[" .. tostring(k) .. "]=")
     if type(v) == "table" and k ~= "sim" then
-      if seen[v] then out[#out + 1] = "@" .. seen[v] else canonical(v, out, seen) end
+      if seen[v] then
+        n = n + 1
+        out[n] = "@" .. seen[v]
+      else
+        canonical(v, out, seen)
+        n = #out
+      end
     elseif type(v) == "string" then
-      out[#out + 1] = ("%q"):format(v)
+      n = n + 1
+      out[n] = #v .. ":" .. v
     else
-      out[#out + 1] = type(v) .. ":" .. tostring(v)
+      n = n + 1
+      out[n] = type(v) .. ":" .. tostring(v)
     end
-    out[#out + 1] = ","
+    n = n + 1
+    out[n] = ","
   end
-  out[#out + 1] = "}"
+  out[n + 1] = "}"
   return out
 end
 
