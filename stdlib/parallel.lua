@@ -359,6 +359,60 @@ local function layer_param_ids(l, out)
   return out
 end
 
+-- FSDP's wrapping units: the root (the parameters outside every decoder
+-- layer: embedding, final norm, head), then one per layer, in order, as
+-- { n, params = { {n, rows, copies} }, layers = consecutive layers it
+-- stands for }; a parameter that several layers hold is the last one's.
+-- params: S.params. Layers built as one group (stdlib/sim.lua: layer i is
+-- copy i - 1 of the group, the tables of layers 2 .. n made only when read)
+-- are read off layer 1's table, once for all.
+local function fsdp_units(layers, params)
+  local mt = getmetatable(layers)
+  local G = mt and mt.group
+  local grouped, found = G and G.count == #layers and #layers >= 2, false
+  for _, p in ipairs(grouped and params or {}) do
+    if p.group and p ~= G then grouped = false end
+    found = found or p == G
+  end
+  grouped = grouped and found -- the layers' group, and no other
+  local function unit() return { n = 0, params = {}, layers = 1 } end
+  local function add(u, p, copies)
+    u.n = u.n + p.n * copies
+    u.params[#u.params + 1] = { n = p.n, rows = p.rows, copies = copies }
+  end
+  local root = unit()
+  if not grouped then
+    local units, in_unit = {}, {}
+    for i, l in ipairs(layers) do
+      units[i] = unit()
+      for id in pairs(layer_param_ids(l, {})) do in_unit[id] = i end
+    end
+    for _, p in ipairs(Sim.expand(params)) do -- every layer's own parameter tables
+      add(in_unit[p.id] and units[in_unit[p.id]] or root, p, 1)
+    end
+    table.insert(units, 1, root)
+    return units
+  end
+  -- layer 1 holds copy 0 of the group's parameters (layer i copy i - 1) and
+  -- every parameter shared by the layers (then the last layer's)
+  local held = layer_param_ids(rawget(layers, 1), {})
+  local each, last = unit(), unit()
+  for _, p in ipairs(params) do
+    if p == G then
+      for _, q in ipairs(G.params) do
+        if held[q.id] then add(each, q, 1) else add(root, q, G.count) end
+      end
+    elseif held[p.id] then
+      add(last, p, 1)
+    else
+      add(root, p, 1)
+    end
+  end
+  each.layers = G.count - 1
+  for _, q in ipairs(each.params) do add(last, q, 1) end
+  return { root, each, last }
+end
+
 -- Bytes of n elements of dt, without allocator rounding.
 local function nbytes(dt, n) return vram.bytes(dt, n) end
 
@@ -573,34 +627,22 @@ local function pass(family, run, L, role, held, mid, cutoff)
       add_state("weights", nbytes(cdt, full))
     end
   else -- fsdp
-    local units, root, in_unit = {}, { n = 0, params = {} }, {}
-    for i, l in ipairs(P.layers) do
-      local ids = layer_param_ids(l, {})
-      units[i] = { n = 0, params = {} }
-      for id in pairs(ids) do in_unit[id] = i end
-    end
-    for _, p in ipairs(Sim.expand(params)) do -- every layer's own parameter tables
-      local u = in_unit[p.id] and units[in_unit[p.id]] or root
-      u.n = u.n + p.n
-      u.params[#u.params + 1] = p
-    end
-    local all = { root }
-    for _, u in ipairs(units) do all[#all + 1] = u end
     local shard_parts = {}
     local shard_total, unit_max = 0, 0
-    for _, u in ipairs(all) do
+    local root
+    for k, u in ipairs(fsdp_units(P.layers or {}, params)) do
       local s = 0
       if L.fsdp_version == 1 then
         s = ceil_div(u.n, N) -- one FlatParameter per unit, padded to the world
       else
         for _, p in ipairs(u.params) do
           local rows = p.rows or p.n
-          s = s + ceil_div(rows, N) * (p.n // rows) -- DTensor Shard(0), dim 0 padded
+          s = s + ceil_div(rows, N) * (p.n // rows) * p.copies -- DTensor Shard(0), dim 0 padded
         end
       end
-      shard_parts[#shard_parts + 1] = s
-      shard_total = shard_total + s
-      if u ~= root and u.n > unit_max then unit_max = u.n end
+      for _ = 1, u.layers do shard_parts[#shard_parts + 1] = s end
+      shard_total = shard_total + s * u.layers
+      if k == 1 then root = u elseif u.n > unit_max then unit_max = u.n end
     end
     info.partition = shard_total
     local sdt = mdt -- sharded parameters keep the loaded dtype
