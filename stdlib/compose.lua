@@ -89,36 +89,62 @@ local function middle_edges(layers, n)
   return edges, nper
 end
 
+-- Whether two tensors differ in nothing the layers' Lua code reads (every
+-- field but the id).
+local function alike(a, b)
+  for k, v in pairs(a) do if k ~= "id" and b[k] ~= v then return false end end
+  for k in pairs(b) do if a[k] == nil then return false end end
+  return true
+end
+
 -- one(i, x) runs layer i on x (dropping x) and returns its output; layers[i]
 -- holds layer i's parameters.
+--
+-- Layers built as one group (Sim:build_layers) whose forward keeps no state
+-- outside the tape (autocast's weight casts do) are echoed rather than
+-- walked again: the tape keeps layer 1's allocs, drops, retains, temps and
+-- nodes while doing them (tape:echo) and replays them (tape:echo_replay)
+-- with the layer's tensors new, its input the previous layer's output and
+-- its parameters the next copy's, masks and rotary tables the same -- what
+-- the same Lua code does on an input alike to layer 1's. Layer 2 echoes
+-- layer 1 when its input is alike; otherwise (layer 1 reads the embedding's
+-- view, which may not require grad) layer 2 runs and is echoed for layer
+-- n. A checkpointed layer spoils an echo (tape:echo_end false): then every
+-- simulated layer runs.
 function M.layers(S, layers, n, one, x, label)
   local tape = S.tape
-  x = one(1, x)
-  local before, rbefore = tape:mark()
-  -- layers built as one group (Sim:build_layers) whose forward keeps no
-  -- state outside the tape (autocast's weight casts do) echo layer 2 for
-  -- layer n: the same events, its tensors new, its input layer 2's output
-  -- and its parameters layer n's (copy n - 1 for copy 1); a checkpointed
-  -- layer spoils the echo (tape:echo_end false) and layer n runs
   local mt = getmetatable(layers)
   local G = mt and mt.group
   local echo = G and G.count == n and not S.autocast
-  if echo then tape:echo() end
-  local input = x
-  x = one(2, x)
-  if echo then echo = tape:echo_end() end
+  local function run(i, input)
+    if echo then tape:echo() end
+    local out = one(i, input)
+    if echo then
+      echo = tape:echo_end() and { layer = i, input = input, output = out }
+    end
+    return out
+  end
+  -- layer i on `input` as the echoed layer did on its own
+  local function replay(i, input)
+    local e, out = echo, {}
+    for k, v in pairs(e.output) do out[k] = v end
+    local lo = G.first + (e.layer - 1) * G.stride -- the echoed layer's tensors
+    out.id = tape:echo_replay({ e.input.id, input.id }, lo, lo + G.stride,
+      (i - e.layer) * G.stride, e.output.id)
+    return out
+  end
+  local first = x
+  x = run(1, x)
+  local before, rbefore = tape:mark()
+  if echo and alike(first, x) then
+    x = replay(2, x)
+  else
+    x = run(2, x)
+  end
   local after, rafter = tape:mark()
   local edges, nper, stride = middle_edges(layers, n)
   local bulk = tape:bulk(after - before, rafter - rbefore, n - 3, edges, nper or 0, label, stride)
-  if echo then
-    local lo = G.first + G.stride
-    local out = {}
-    for k, v in pairs(x) do out[k] = v end
-    out.id = tape:echo_replay({ input.id, x.id }, lo, lo + G.stride, (n - 2) * G.stride, x.id)
-    x = out
-  else
-    x = one(n, x)
-  end
+  x = echo and replay(n, x) or one(n, x)
   tape:bulk_end(bulk)
   return x
 end

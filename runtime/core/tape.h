@@ -127,7 +127,7 @@ vr_status vr_tape_capture_repeat(vr_tape *t, int64_t times);
  * (stdlib/compose.lua). Between echo_begin and echo_end the tape keeps its
  * allocs, drops, retains, temps and nodes (in the checkpoint recording's
  * form) while doing them; any other call spoils the echo (ok false).
- * echo_replay then does them again with ids mapped: a tensor the echo
+ * echo_replay then does them again (as often as asked) with ids mapped: a tensor the echo
  * created becomes a new one, from[k] becomes to[k], an id in [lo, hi)
  * becomes id + delta (the next layer's parameters), any other id stays
  * (masks, rotary tables); *answer is query mapped (the layer's output). */
