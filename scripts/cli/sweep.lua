@@ -1,5 +1,5 @@
--- vramlua sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME] [--html FILE]
--- peaks over batch x seq as CSV (compiled estimates)
+-- vramlua sweep SPEC [--batch LIST] [--seq LIST] [--rank LIST] [--image LIST] ...
+-- peaks over batch x seq (x other knobs) as CSV (compiled estimates)
 local vram = require("vram")
 local errors = require("stdlib.errors")
 local spec = require("stdlib.spec")
@@ -7,13 +7,22 @@ local compiled = require("stdlib.compiled")
 
 local HELP = [[
 usage: vramlua sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME] [--html FILE]
+                          [--rank LIST] [--image LIST] [--images LIST] [--layers LIST]
+                          [--vision-layers LIST] [--accum LIST] [--ckpt LIST]
 
 Peak tensors allocated for every (batch, seq) of the lists, as CSV. A LIST is
 values separated by commas, or FROM:TO:STEP. The run is compiled once
 (stdlib/compiled.lua) and each point answered in microseconds, byte-identical
 to `vramlua estimate`. With --gpu, a column says whether the point fits
 (tensors allocated plus the framework's overhead, no reserved margin).
---html FILE also writes a page with one bar per point.]]
+--html FILE also writes a page with one bar per point.
+
+The other knobs add a column each and sweep their product too
+(stdlib/knobs.lua): --rank (LoRA rank), --image (WIDTHxHEIGHT pixels, e.g.
+448x448,1024x768), --images (images per sample), --layers, --vision-layers,
+--accum (gradient accumulation), --ckpt (none, full, or every N-th layer).
+The LoRA rank and the image's pixels are sizes of one program; each value of
+the others is compiled on first use (tens of milliseconds).]]
 
 local function list(s, flag)
   local out = {}
@@ -35,8 +44,11 @@ local function list(s, flag)
 end
 
 local defaults, metavar = require("stdlib.formats").options({ help = false, batch = "",
-  seq = "", gpu = "", html = "" },
-  { gpu = "a NAME", batch = "a LIST", seq = "a LIST", html = "a FILE" })
+  seq = "", gpu = "", html = "", rank = "", image = "", images = "", layers = "",
+  vision_layers = "", accum = "", ckpt = "" },
+  { gpu = "a NAME", batch = "a LIST", seq = "a LIST", html = "a FILE", rank = "a LIST",
+    image = "a LIST of WIDTHxHEIGHT", images = "a LIST", layers = "a LIST",
+    vision_layers = "a LIST", accum = "a LIST", ckpt = "a LIST (none, full, N)" })
 local a = require("stdlib.args").parse({ ... }, defaults,
   { positional = 1, noun = "SPEC", metavar = metavar })
 if a.help then print(HELP .. "\n\n" .. require("stdlib.formats").HELP) return end
@@ -73,19 +85,89 @@ if not pcall(check, bmax, tmax) then
     for _, t in ipairs(seqs) do check(b, t) end
   end
 end
-local est = compiled.compile(run, path)
+-- the other knobs' lists (column, knob, values), in the columns' order
+local others = {}
+local function image(v)
+  local w, h = v:match("^(%d+)x(%d+)$")
+  w, h = math.tointeger(tonumber(w)), math.tointeger(tonumber(h))
+  if not w or w < 1 or h < 1 then errors.usage("--image needs WIDTHxHEIGHT values, got '" .. v .. "'") end
+  return { width = w, height = h }
+end
+for _, o in ipairs({ { "rank", "lora_rank" }, { "image", "image" }, { "images", "images" },
+  { "layers", "layers" }, { "vision_layers", "vision_layers" }, { "accum", "grad_accum" },
+  { "ckpt", "ckpt" } }) do
+  local v = a[o[1]]
+  if v then
+    local flag = "--" .. o[1]:gsub("_", "-")
+    local values = {}
+    if o[1] == "image" then
+      for item in v:gmatch("[^,]+") do values[#values + 1] = image(item) end
+    elseif o[1] == "ckpt" then
+      for item in v:gmatch("[^,]+") do
+        local n = math.tointeger(tonumber(item))
+        if not n and item ~= "none" and item ~= "full" then
+          errors.usage("--ckpt needs none, full or a layer interval, got '" .. item .. "'")
+        end
+        values[#values + 1] = n or item
+      end
+    else
+      values = list(v, flag)
+    end
+    others[#others + 1] = { o[1], o[2], values }
+  end
+end
+local function text(v) return type(v) == "table" and (v.width .. "x" .. v.height) or tostring(v) end
+-- every combination of the other knobs (one empty one when there are none)
+local combos = { {} }
+for _, o in ipairs(others) do
+  local nxt = {}
+  for _, c in ipairs(combos) do
+    for _, v in ipairs(o[3]) do
+      local k = { table.unpack(c) }
+      k[#k + 1] = v
+      nxt[#nxt + 1] = k
+    end
+  end
+  combos = nxt
+end
+if #batches * #seqs * #combos > 1000000 then errors.usage("this sweep has over 1,000,000 points") end
+local peak
+if #others == 0 then
+  local est = compiled.compile(run, path)
+  peak = function(b, t) return est:peak(b, t) end
+else
+  local formats = require("stdlib.formats")
+  local _, tr, doc = formats.load_run(path, a, require("models.registry"))
+  local K = require("stdlib.knobs").new(tr and tr.spec or doc, path, require("models.registry"))
+  peak = function(b, t, c)
+    local k = { batch = b, seq = t }
+    for i, o in ipairs(others) do k[o[2]] = c[i] end
+    return K:peak(k)
+  end
+end
 local frameworks = require("stdlib.frameworks")
 local fw = frameworks.of(run)
 local usable = gpu and frameworks.usable(fw, gpu, run)
-print("batch,seq,peak_bytes,peak_gib" .. (gpu and ",fits" or ""))
+peak(batches[1], seqs[1], combos[1]) -- a knob's error before any line is printed
+local head = { "batch", "seq" }
+for _, o in ipairs(others) do head[#head + 1] = o[1] end
+print(table.concat(head, ",") .. ",peak_bytes,peak_gib" .. (gpu and ",fits" or ""))
 local bars = {}
-for _, b in ipairs(batches) do
-  for _, t in ipairs(seqs) do
-    local p = est:peak(b, t)
-    if a.html then bars[#bars + 1] = { label = ("batch %d, seq %d"):format(b, t), bytes = p } end
-    local line = ("%d,%d,%d,%.4f"):format(b, t, p, vram.to(p, "GiB"))
-    if gpu then line = line .. "," .. tostring(p + (fw.context or 0) <= usable) end
-    print(line)
+for _, c in ipairs(combos) do
+  local cols = ""
+  for _, v in ipairs(c) do cols = cols .. "," .. text(v) end
+  for _, b in ipairs(batches) do
+    for _, t in ipairs(seqs) do
+      local p = peak(b, t, c)
+      if a.html then
+        local label = ("batch %d, seq %d"):format(b, t)
+        for i, o in ipairs(others) do label = label .. (", %s %s"):format(o[1], text(c[i])) end
+        bars[#bars + 1] = { label = label, bytes = p }
+      end
+      local line = ("%d,%d%s,%d,%.4f"):format(b, t, cols, p, vram.to(p, "GiB"))
+      if gpu then line = line .. "," .. tostring(p + (fw.context or 0) <= usable) end
+      print(line)
+    end
   end
 end
 if a.html then

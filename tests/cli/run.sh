@@ -204,6 +204,18 @@ t "sweep agrees with estimate"           0 "agree" \
    w=$("$V" sweep "$D/spec.yaml" --batch 1 --seq 64 | sed -n "2p" | cut -d, -f3);
    [ -n "$e" ] && [ "$e" = "$w" ] && echo agree || echo "differ: $e vs $w"'
 t "sweep rejects a bad list"             2 "positive integers" '"$V" sweep "$D/spec.yaml" --seq 0,x'
+printf 'model: { preset: qwen2_5_1_5b_instruct }\nrun: { batch: 1, seq: 64, lora: { rank: 8 } }\n' \
+  >"$D/lora8.yaml"
+printf 'model: { preset: qwen2_5_1_5b_instruct }\nrun: { batch: 3, seq: 80, lora: { rank: 40 }, grad_accum: 2 }\n' \
+  >"$D/lora40.yaml"
+t "sweep over other knobs agrees with estimate" 0 "agree" \
+  'e=$("$V" estimate "$D/lora40.yaml" --json | sed -n "s/.*\"peak_bytes\":[^0-9]*\([0-9]*\).*/\1/p");
+   w=$("$V" sweep "$D/lora8.yaml" --batch 3 --seq 80 --rank 8,40 --accum 2 | grep "^3,80,40,2," | cut -d, -f5);
+   [ -n "$e" ] && [ "$e" = "$w" ] && echo agree || echo "differ: $e vs $w"'
+t "sweep --image of a text model"        1 "takes no images" \
+  '"$V" sweep "$D/spec.yaml" --image 448x448'
+t "sweep --image needs WIDTHxHEIGHT"     2 "WIDTHxHEIGHT" '"$V" sweep "$D/spec.yaml" --image 448'
+
 t "doctor refuses a CPU host"            1 "cpu-only" '"$V" doctor "$D/spec.yaml" --gpu cpu'
 t "doctor holds an Apple GPU to its working set" 1 "the device lets a step use 12.00 GiB of 16.00 GiB" \
   '"$V" doctor "$D/spec.yaml" --gpu m2-16gb'
