@@ -60,7 +60,11 @@ static void find_share(vh_search *s) {
 
 void vh_search_init(vh_search *s, const char *argv0) {
   (void)argv0;
-  memset(s, 0, sizeof *s);
+  /* not a memset of the whole struct: its 33 path buffers are 132 KiB of
+   * stack, and touching each page cost a page fault (~0.1 ms a process,
+   * issue 18); only the first nroots roots are ever read */
+  s->nroots = 0;
+  s->share[0] = '\0';
   const char *env = getenv("VRAMLUA_PATH");
   while (env && *env) {
     const char *colon = strchr(env, ':');
