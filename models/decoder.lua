@@ -652,10 +652,10 @@ function D.grad_free_layers(S, P, h, ctx)
   end
   run_layer(1)
   local old = cache and cache[2] and { k = cache[2].k, v = cache[2].v } -- decode replaces it
-  local before = tape:stats().live_by_category
+  local before = tape:live_by_category()
   local first = S.timeline and tape:timeline_len() + 1
   run_layer(2)
-  local after = tape:stats().live_by_category
+  local after = tape:live_by_category()
   local last = S.timeline and tape:timeline_len()
   local new = cache and cache[2]
   -- what layer 2 kept, by category, and what its cache accounts for

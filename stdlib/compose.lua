@@ -24,11 +24,11 @@ function M.grad_free(S, n, one, x)
     return x
   end
   x = one(1, x)
-  local before = tape:stats().live_by_category
+  local before = tape:live_by_category()
   local first = S.timeline and tape:timeline_len() + 1
   x = one(2, x)
   local same = true
-  for cat, b in pairs(tape:stats().live_by_category) do same = same and before[cat] == b end
+  for cat, b in pairs(tape:live_by_category()) do same = same and before[cat] == b end
   if not same then
     for i = 3, n do x = one(i, x) end
     return x

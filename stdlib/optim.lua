@@ -102,11 +102,11 @@ local function each_param(S, params, body)
       local before
       for j = 0, p.count - 1 do
         local first = S.timeline and tape:timeline_len() + 1
-        if j == 1 and p.count > 2 then before = tape:stats().live_by_category end
+        if j == 1 and p.count > 2 then before = tape:live_by_category() end
         for _, q in ipairs(p.params) do body(q) end
         if before then
           local same = true
-          for cat, b in pairs(tape:stats().live_by_category) do same = same and before[cat] == b end
+          for cat, b in pairs(tape:live_by_category()) do same = same and before[cat] == b end
           before = nil
           if same then
             if first then tape:timeline_repeat(first, tape:timeline_len(), p.count - 2) end

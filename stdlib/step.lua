@@ -226,12 +226,12 @@ end
 function M.repeat_steps(S, n, step)
   local tape = S.tape
   local fast = n > 1 and S.composable
-  local before = fast and tape:stats().live_by_category
+  local before = fast and tape:live_by_category()
   for i = 1, n do
     local first = S.timeline and tape:timeline_len() + 1
     step()
     if fast and i < n then
-      local now, same = tape:stats().live_by_category, true
+      local now, same = tape:live_by_category(), true
       for cat, b in pairs(now) do same = same and before[cat] == b end
       if same then
         if first then tape:timeline_repeat(first, tape:timeline_len(), n - i) end

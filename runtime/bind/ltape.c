@@ -431,6 +431,9 @@ static int l_capture_end(lua_State *L) {
 static int l_capture_repeat(lua_State *L) {
   int64_t times = vb_checkint(L, 2, 0, "times");
   vr_status st = vr_tape_capture_repeat(check(L), times);
+  if (st == VR_EOVERFLOW)
+    return luaL_error(L, "tape:capture_repeat: %I copies: more than 2^26 operations in all",
+                      (lua_Integer)times);
   return st ? fail(L, "capture_repeat", st) : 0;
 }
 
@@ -536,6 +539,15 @@ static void push_cats(lua_State *L, const int64_t *by) {
     lua_pushinteger(L, (lua_Integer)by[i]);
     lua_setfield(L, -2, vr_cat_name(i));
   }
+}
+
+/* t:live_by_category() -> {cat = bytes}: stats().live_by_category alone
+ * (the composed paths compare it before and after a layer or step) */
+static int l_live_by_category(lua_State *L) {
+  vr_tape_stats s;
+  vr_tape_stats_get(check(L), &s);
+  push_cats(L, s.live_by_cat);
+  return 1;
 }
 
 /* t:stats() -> {live, peak, peak_phase, peak_op, at_peak = {cat = bytes},
@@ -853,6 +865,7 @@ static const luaL_Reg methods[] = {
     {"capture_end", l_capture_end}, {"capture_repeat", l_capture_repeat},
     {"node_of", l_node_of}, {"drop_of", l_drop_of}, {"echo", l_echo},
     {"echo_end", l_echo_end}, {"echo_replay", l_echo_replay},
+    {"live_by_category", l_live_by_category},
     {NULL, NULL}};
 
 static const luaL_Reg meta[] = {{"__gc", l_gc},

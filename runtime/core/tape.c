@@ -517,6 +517,9 @@ vr_status vr_tape_capture_repeat(vr_tape *t, int64_t times) {
   /* right after its capture: the copies' ids follow the captured ones */
   if (t->capturing || !t->cap_ready || t->cap_next != t->tensors.n) return VR_ECOMPOSE;
   if (times < 0) return VR_EBYTES;
+  /* a C loop no hook interrupts: bounded (a 1000-layer model of 1000
+   * parameters is 2^20 operations) */
+  if (t->cap.n > 0 && (uint64_t)times > VR_MAX_REPEAT / t->cap.n) return VR_EOVERFLOW;
   vr_status st = VR_OK;
   for (int64_t k = 0; k < times && st == VR_OK; k++)
     for (size_t i = 0; i < t->cap.n && st == VR_OK; i++) {

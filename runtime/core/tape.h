@@ -121,7 +121,8 @@ vr_status vr_tape_bulk_end(vr_tape *t, int bulk);
  * trace): exactly what building those layers one by one would have done. */
 vr_status vr_tape_capture_begin(vr_tape *t);
 vr_status vr_tape_capture_end(vr_tape *t, int64_t *stride, int64_t *first);
-vr_status vr_tape_capture_repeat(vr_tape *t, int64_t times);
+vr_status vr_tape_capture_repeat(vr_tape *t, int64_t times); /* VR_EOVERFLOW: over VR_MAX_REPEAT */
+#define VR_MAX_REPEAT (UINT64_C(1) << 26) /* operations one capture_repeat may do */
 
 /* A layer's forward simulated once and echoed for another identical layer
  * (stdlib/compose.lua). Between echo_begin and echo_end the tape keeps its

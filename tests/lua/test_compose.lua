@@ -173,6 +173,11 @@ function tests.a_spoiled_capture_is_not_repeated()
   tape:drop(a)
   T.eq(tape:capture_end(), nil, "a drop spoils it")
   T.raises(function() tape:capture_repeat(1) end, "composed layers", "nothing to repeat")
+  -- a C loop no hook can stop is bounded (temps only: no memory runs out)
+  tape:capture()
+  tape:temp(8, "temporaries")
+  tape:capture_end()
+  T.raises(function() tape:capture_repeat(math.maxinteger) end, "more than 2^26")
 end
 
 -- An echo replays a layer's events with its tensors new, the pairs and the
