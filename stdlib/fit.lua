@@ -220,12 +220,17 @@ function M.levers(run)
 end
 
 -- The run with `levers` applied in order, its layout read again from the
--- edited parallel: table; nil and the reason when that is no run (the
--- layout's own checks refuse it).
-function M.apply(run, levers)
-  local r = copy(run)
-  for _, m in ipairs(levers) do m.edit(r) end
+-- edited parallel: table, and the set of the run's fields the edits read or
+-- wrote (every other one is the run's own); nil and the reason when that is
+-- no run (the layout's own checks refuse it).
+local function apply(run, levers)
+  local r, touched = copy(run), {}
+  local view = setmetatable({}, { -- the edits see r through it
+    __index = function(_, k) touched[k] = true return r[k] end,
+    __newindex = function(_, k, v) touched[k] = true r[k] = v end })
+  for _, m in ipairs(levers) do m.edit(view) end
   if r.parallel then
+    touched.parallel = true
     local where = run.parallel and run.parallel.where or "fit"
     local ok, L = pcall(function()
       return par.check(par.read(r.parallel._spec, where, r), r, where)
@@ -236,6 +241,12 @@ function M.apply(run, levers)
     end
     r.parallel = L
   end
+  return r, touched
+end
+
+function M.apply(run, levers)
+  local r, why = apply(run, levers)
+  if not r then return nil, why end
   return r
 end
 
@@ -268,10 +279,10 @@ function M.knobs(run, budget, depth)
     if not memo[mask] then
       local chosen = {}
       for k, m in ipairs(items) do if mask & (1 << (k - 1)) ~= 0 then chosen[#chosen + 1] = m end end
-      local r = M.apply(run, chosen)
+      local r, touched = apply(run, chosen)
       if r then
         -- what the levers changed, less what the device does not see
-        local key = runs.key(r, run, r.parallel and par.device_ignores(r.parallel))
+        local key = runs.key(r, run, r.parallel and par.device_ignores(r.parallel), touched)
         if not by_run[key] then
           -- a lever the model refuses (a fused loss under autocast or on a
           -- VLM's head) makes no run; the run as given is never refused here

@@ -217,14 +217,16 @@ end
 -- when they are equal: the fields that differ from base, written out, then
 -- the names of those base has and the run lacks. Runs made from different
 -- bases must not be compared by it. skip: field names left out (fields the
--- caller knows its result does not read).
-function R.key(r, base, skip)
+-- caller knows its result does not read). only (optional): the fields that
+-- may differ (the rest are known to be base's; the string is the same).
+function R.key(r, base, skip, only)
   local diff, gone = {}, {}
-  for k, v in pairs(r) do
-    if not (skip and skip[k]) and not same(v, base[k], k) then diff[k] = v end
+  for k in pairs(only or r) do
+    local v = r[k]
+    if not (skip and skip[k]) and v ~= nil and not same(v, base[k], k) then diff[k] = v end
   end
-  for k in pairs(base) do
-    if r[k] == nil and not (skip and skip[k]) then gone[#gone + 1] = k end
+  for k in pairs(only or base) do
+    if r[k] == nil and base[k] ~= nil and not (skip and skip[k]) then gone[#gone + 1] = k end
   end
   table.sort(gone)
   return table.concat(canonical(diff, {}, { n = 0 })) .. "-" .. table.concat(gone, ",")

@@ -50,6 +50,12 @@ function tests.copies_share_a_key_exactly_when_equal()
     "removed is not emptied")
   -- skipped fields are not compared
   T.eq(R.key(R.with(base, { ckpt = true }), base, { ckpt = true }), R.key(base, base))
+  -- told which fields may differ (a superset of those that do), the same key
+  local r = R.copy(base)
+  r.ckpt, r.optimizer.state_dtype, r.lora = true, "bf16", nil
+  r.batch = nil
+  T.eq(R.key(r, base, nil, { ckpt = true, optimizer = true, batch = true, seq = true }),
+    R.key(r, base))
 end
 
 function tests.a_bare_run_gets_the_documented_defaults()
