@@ -15,10 +15,21 @@
 -- of traced probes) and kept. A knob left out keeps the spec's value. A size
 -- the program cannot be a polynomial in (K.refused says why) is compiled
 -- per value instead.
+--
+-- A spec with a `parallel:` table takes every field of that table as a knob
+-- too (K:peak{tp = 2, pp = 4, dp = 1, zero = 3, batch = 2, seq = 8192}; the
+-- value knobs.UNSET removes a field), and K:peak answers the largest rank's
+-- device total, the figure `vramlua estimate` reports for the spec edited
+-- by hand (stdlib/parallel.lua budget). Such a spec is not compiled
+-- (K.refused.parallel says why): each distinct knob set is simulated once
+-- and kept, and the measuring passes of equal rank-local runs are shared
+-- (parallel.search).
 local compiled = require("stdlib.compiled")
 local errors = require("stdlib.errors")
 local spec = require("stdlib.spec")
 local step = require("stdlib.step")
+local par = require("stdlib.parallel")
+local runs = require("stdlib.run")
 
 local M = {}
 
@@ -55,6 +66,22 @@ M.KNOBS = {}
 for name in pairs(EDIT) do M.KNOBS[#M.KNOBS + 1] = name end
 table.sort(M.KNOBS)
 
+-- The parallel table's fields (stdlib/parallel.lua KEYS), knobs of a spec
+-- that has one; UNSET as a value removes the field (its default applies).
+M.UNSET = setmetatable({}, { __tostring = function() return "knobs.UNSET" end })
+M.PARALLEL = {}
+for name in pairs(par.KEYS) do
+  M.PARALLEL[#M.PARALLEL + 1] = name
+  EDIT[name] = function(s, v, _, where)
+    if type(s.parallel) ~= "table" then
+      errors.input(where, name, "is a parallel knob: the spec has no parallel: table")
+    end
+    if v == M.UNSET then v = nil end
+    s.parallel[name] = v
+  end
+end
+table.sort(M.PARALLEL)
+
 -- The knobs that change the op structure, in the cache's order; lora_rank
 -- and image join them when they cannot be symbolic.
 local STRUCTURAL = { "layers", "vision_layers", "images", "ckpt", "ckpt_segment", "grad_accum" }
@@ -62,14 +89,22 @@ local STRUCTURAL = { "layers", "vision_layers", "images", "ckpt", "ckpt_segment"
 local K = {}
 K.__index = K
 
+-- Why a parallel spec is simulated, not compiled: programs count tensor
+-- bytes, each rounded to one block, and a rank's figure is more than that.
+M.PARALLEL_REFUSED = "a rank's device total is the caching allocator's reserved peak (every "
+  .. "tensor above 10 MiB its own segment rounded to 2 MiB), which programs do not count, and "
+  .. "a pipeline stage holds its in-flight micro-batches as one block of a measured sum of "
+  .. "rounded tensors: neither is a polynomial in batch and seq"
+
 -- The spec with knobs k applied (every knob of k, symbolic or not).
 function K:spec_with(k)
   local s = deep(self.spec)
   s.run, s.model = s.run or {}, s.model or {}
   for name, v in pairs(k) do
-    local edit = EDIT[name] or errors.input(self.where, name, ("is not a knob (knobs: %s)")
-      :format(table.concat(M.KNOBS, ", ")))
-    edit(s, v, self.base)
+    local edit = EDIT[name] or errors.input(self.where, name, ("is not a knob (knobs: %s; "
+      .. "with a parallel: table, %s)"):format(table.concat(M.KNOBS, ", "),
+      table.concat(M.PARALLEL, ", ")))
+    edit(s, v, self.base, self.where)
   end
   return s
 end
@@ -128,7 +163,8 @@ end
 
 -- k's knobs are knobs and its sizes sizes; raises otherwise.
 function K:check(name, v)
-  if not EDIT[name] then self:spec_with({ [name] = true }) end -- raises: not a knob
+  -- raises: not a knob, or a parallel one (this spec has no parallel table)
+  if not EDIT[name] or par.KEYS[name] then self:spec_with({ [name] = v }) end
   if LIMIT[name] then positive(self.where, name, v, LIMIT[name]) end
   if name == "image" then
     if type(v) ~= "table" then errors.input(self.where, "image", "must be {width, height}") end
@@ -203,7 +239,22 @@ local function answer(self, e, k, method)
   return method(e, b, t, size_of(self, k, e, 3), size_of(self, k, e, 4))
 end
 
+-- A parallel spec's budget for knobs k (stdlib/parallel.lua), once per
+-- distinct k.
+function K:budget(k)
+  local key = runs.key(k, {})
+  local b = self.budgets[key]
+  if not b then
+    local t0 = os.clock()
+    b = par.budget(spec.normalize(self:spec_with(k), self.where, self.families), nil, self.search)
+    self.budgets[key] = b
+    self.simulated, self.simulate_s = self.simulated + 1, self.simulate_s + (os.clock() - t0)
+  end
+  return b
+end
+
 function K:peak(k)
+  if self.parallel then return self:budget(k).device_total_bytes end
   local e = self:entry(k)
   if not e or (k.image and e.image and not self:tokens(k.image)) then
     return self:simulate(k).peak
@@ -212,6 +263,11 @@ function K:peak(k)
 end
 
 function K:eval(k)
+  if self.parallel then -- the largest rank's figures
+    local b = self:budget(k)
+    return { peak = b.peak_bytes, peak_phase = b.peak_phase, peak_op = b.peak_op,
+      device_total = b.device_total_bytes, largest_rank = b.largest_rank, budget = b }
+  end
   local e = self:entry(k)
   if not e or (k.image and e.image and not self:tokens(k.image)) then
     local st = self:simulate(k)
@@ -250,14 +306,16 @@ end
 
 -- spec_table: a run spec ({model, run}); families: the model registry.
 function M.new(spec_table, where, families)
-  if spec_table.parallel ~= nil then
-    errors.input(where, "parallel", "a multi-GPU layout is not compiled (stdlib/parallel.lua "
-      .. "simulates each role)")
-  end
   local base = spec.normalize(spec_table, where, families)
   local self = setmetatable({ spec = deep(spec_table), where = where, families = families,
     base = base, cache = {}, token_memo = {}, programs = 0, compile_s = 0, failed = {},
     refused = {} }, K)
+  if base.parallel then
+    self.parallel, self.budgets, self.search = true, {}, par.search(base)
+    self.simulated, self.simulate_s = 0, 0
+    self.refused.parallel = M.PARALLEL_REFUSED
+    return self
+  end
   -- the symbolic sizes: those the base run has and a program can take
   local want = {}
   if compiled.SIZES.lora_rank.applies(base) then want[#want + 1] = "lora_rank" end

@@ -57,6 +57,7 @@ local KEYS = { dp = 1, tp = 1, pp = 1, cp = 1, ep = 1, sequence_parallel = 1, pp
   stage3_param_persistence_threshold = 1, sub_group_size = 1, reshard_after_forward = 1,
   limit_all_gathers = 1, world_size = 1, buckets = 1, dp_replicate = 1, dp_shard = 1,
   stage3_max_reuse_distance = 1 }
+M.KEYS = KEYS -- the fields a `parallel:` table may have (stdlib/knobs.lua: each a knob)
 
 -- DeepSpeed's sizes as a translated config groups them (stdlib/formats):
 -- `buckets: {name: elements}`, read as the flat keys of the same names but

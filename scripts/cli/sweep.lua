@@ -10,7 +10,9 @@ usage: vramlua sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME] [--html FILE]
                           [--rank LIST] [--image LIST] [--images LIST] [--layers LIST]
                           [--vision-layers LIST] [--accum LIST] [--ckpt LIST]
 
-Peak tensors allocated for every (batch, seq) of the lists, as CSV. A LIST is
+Peak tensors allocated for every (batch, seq) of the lists, as CSV (a spec
+with a parallel: table: the largest rank's device total, each point
+simulated). A LIST is
 values separated by commas, or FROM:TO:STEP. The run is compiled once
 (stdlib/compiled.lua) and each point answered in microseconds, byte-identical
 to `vramlua estimate`. With --gpu, a column says whether the point fits
@@ -132,7 +134,9 @@ for _, o in ipairs(others) do
 end
 if #batches * #seqs * #combos > 1000000 then errors.usage("this sweep has over 1,000,000 points") end
 local peak
-if #others == 0 then
+-- a multi-GPU layout: the largest rank's device total at each point, each
+-- simulated (stdlib/knobs.lua: not compiled; was the whole model on one GPU)
+if #others == 0 and not run.parallel then
   local est = compiled.compile(run, path)
   peak = function(b, t) return est:peak(b, t) end
 else
@@ -151,7 +155,9 @@ local usable = gpu and frameworks.usable(fw, gpu, run)
 peak(batches[1], seqs[1], combos[1]) -- a knob's error before any line is printed
 local head = { "batch", "seq" }
 for _, o in ipairs(others) do head[#head + 1] = o[1] end
-print(table.concat(head, ",") .. ",peak_bytes,peak_gib" .. (gpu and ",fits" or ""))
+local what = run.parallel and "largest_rank_device_total" or "peak"
+print(table.concat(head, ",") .. "," .. what .. "_bytes," .. what .. "_gib"
+  .. (gpu and ",fits" or ""))
 local bars = {}
 for _, c in ipairs(combos) do
   local cols = ""
@@ -165,7 +171,9 @@ for _, c in ipairs(combos) do
         bars[#bars + 1] = { label = label, bytes = p }
       end
       local line = ("%d,%d%s,%d,%.4f"):format(b, t, cols, p, vram.to(p, "GiB"))
-      if gpu then line = line .. "," .. tostring(p + (fw.context or 0) <= usable) end
+      -- a device total already counts the framework's own bytes
+      local need = run.parallel and p or p + (fw.context or 0)
+      if gpu then line = line .. "," .. tostring(need <= usable) end
       print(line)
     end
   end
@@ -173,9 +181,10 @@ end
 if a.html then
   if #bars > 2000 then errors.usage("--html draws at most 2000 bars; this sweep has " .. #bars) end
   -- the bars are tensors allocated, so the line is the GPU less the overhead
-  local line = gpu and usable - (fw.context or 0)
+  local line = gpu and usable - (run.parallel and 0 or fw.context or 0)
   local html = require("stdlib.html")
-  html.write(a.html, html.bars(path, bars, line,
+  html.write(a.html, html.bars(path, bars, line, run.parallel and
+    "the largest rank's device total at each (batch, seq)" or
     "peak of tensors allocated at each (batch, seq)",
-    gpu and (gpu.name .. " less framework overhead")))
+    gpu and (gpu.name .. (run.parallel and "" or " less framework overhead"))))
 end

@@ -249,6 +249,10 @@ t "estimate --gpus on a run spec is refused, not ignored" 2 "is a run spec: --gp
   '"$V" estimate "$EX/qwen2_5_1_5b_full.yaml" --gpus 8'
 t "sweep --gpus on a run spec is refused, not ignored" 2 "write the layout in parallel: (dp: 4)" \
   '"$V" sweep "$EX/qwen2_5_1_5b_full.yaml" --batch 1,2 --gpus 4'
+t "sweep of a parallel spec is its largest rank, as estimate" 0 "agree" \
+  'e=$("$V" estimate "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml" --json | grep -o "\"device_total_bytes\":[^0-9]*[0-9]*" | head -1 | grep -o "[0-9]*$");
+   w=$("$V" sweep "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml" --seq 2048,4096 | grep "^1,4096," | cut -d, -f3);
+   [ -n "$e" ] && [ "$e" = "$w" ] && echo agree || echo "differ: $e vs $w"'
 t "fit needs a mode"                      2 "fit needs --vary KNOB, --knobs or --gpus N" \
   '"$V" fit "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml" --gpu h100-80gb'
 t "a misspelt parallel key is named"      1 "parallel.zer: unknown field; did you mean 'zero'?" \

@@ -50,7 +50,7 @@ end
 local function describe(k)
   local parts = {}
   for name, v in pairs(k) do
-    parts[#parts + 1] = name .. "=" .. (type(v) == "table" and (v.width .. "x" .. v.height)
+    parts[#parts + 1] = name .. "=" .. (type(v) == "table" and v.width and (v.width .. "x" .. v.height)
       or tostring(v))
   end
   table.sort(parts)
@@ -161,6 +161,67 @@ function tests.a_size_that_is_no_polynomial_is_refused()
   local s = copy(chunked)
   s.run.seq, s.run.lora.rank = 40, 16
   T.eq(K:peak({ seq = 40, lora_rank = 16 }), step.run(spec.normalize(s, where, registry)).peak)
+end
+
+-- A spec with a parallel: table: every field of it is a knob, and the
+-- answer is the largest rank's device total, the figure `vramlua estimate`
+-- reports (parallel.budget on the spec normalized, no --gpu: the spec's
+-- own) -- here for the example spec edited by hand at each knob set.
+local par = require("stdlib.parallel")
+
+local function estimated(path, edit)
+  local s = vram.yaml.load(path)
+  edit(s)
+  return par.budget(spec.normalize(s, path, registry), nil).device_total_bytes
+end
+
+function tests.parallel_degrees_are_knobs()
+  local path = root .. "/examples/specs/qwen2_5_7b_tp2_pp2_dp2.yaml"
+  local sp = vram.yaml.load(path)
+  local K = knobs.new(sp, path, registry)
+  T.ok(K.refused.parallel:find("reserved peak", 1, true), K.refused.parallel)
+  local cases = {
+    {}, { batch = 2 }, { seq = 2048 }, { tp = 4 }, { pp = 4, microbatches = 4 },
+    { pp = 1, dp = 4 }, { tp = 1, sequence_parallel = knobs.UNSET, dp = 4 },
+    { dp = 1, zero = 0 }, { zero = 3 }, { tp = 4, pp = 1, dp = 2, batch = 2, seq = 1024 },
+    { pp = 2, pp_schedule = "interleaved", virtual_stages = 2, seq = 3072 },
+    { cp = 2, dp = 1, batch = 2 },
+  }
+  for _, k in ipairs(cases) do
+    local want = estimated(path, function(s)
+      for name, v in pairs(k) do
+        if name == "batch" or name == "seq" then s.run[name] = v
+        elseif v == knobs.UNSET then s.parallel[name] = nil
+        else s.parallel[name] = v end
+      end
+    end)
+    local what = describe(k)
+    T.eq(K:peak(k), want, what)
+    T.eq(K:eval(k).device_total, want, what .. ": eval")
+  end
+  T.eq(K.simulated, #cases, "each knob set simulated once")
+  K:peak({ tp = 4 })
+  T.eq(K.simulated, #cases, "and kept")
+  -- an estimate's own errors, named as the spec's fields
+  T.raises(function() K:peak({ tp = 1 }) end, "parallel.sequence_parallel: needs tp > 1")
+  T.raises(function() K:peak({ tp = 3 }) end, "parallel.tp: must divide num_attention_heads")
+  T.raises(function() K:peak({ dpp = 2 }) end, "dpp: is not a knob")
+  -- ZeRO-3 over 8 GPUs, with checkpointing: the degrees and the sizes
+  local zpath = root .. "/examples/specs/mistral_small_24b_zero3_8gpu.yaml"
+  local Z = knobs.new(vram.yaml.load(zpath), zpath, registry)
+  for _, k in ipairs({ { dp = 4 }, { dp = 2, batch = 2 }, { offload = { optimizer = "cpu" } }, { seq = 8192, dp = 16 },
+    { ckpt = "none", seq = 1024 } }) do
+    T.eq(Z:peak(k), estimated(zpath, function(s)
+      for name, v in pairs(k) do
+        if name == "batch" or name == "seq" then s.run[name] = v
+        elseif name == "ckpt" then s.run.grad_checkpointing = v
+        else s.parallel[name] = v end
+      end
+    end), describe(k))
+  end
+  -- a one-GPU spec has no parallel knobs
+  T.raises(function() knobs.new(BASE, where, registry):peak({ tp = 2 }) end,
+    "tp: is a parallel knob: the spec has no parallel: table")
 end
 
 return tests
