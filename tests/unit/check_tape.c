@@ -920,6 +920,106 @@ START_TEST(zero_grad_should_free_the_gradient_of_a_dropped_parameter) {
 }
 END_TEST
 
+/* Identical layers composed (stdlib/sim.lua, stdlib/compose.lua): a layer's
+ * parameters captured once and repeated, and a layer's forward echoed for
+ * the next ones, leave the tape as building and walking every layer does:
+ * the same ids, live bytes, peaks and timeline, event for event. */
+
+/* One layer's parameters: W 64 (its arrival transient 32), a buffer 8. */
+static void build_layer(vr_tape *tp) {
+  int64_t id = -1;
+  OK(vr_tape_alloc(tp, 64, VR_CAT_WEIGHTS, -1, true, &id));
+  OK(vr_tape_temp(tp, 32, VR_CAT_TEMP, -1));
+  OK(vr_tape_alloc(tp, 8, VR_CAT_BUFFERS, -1, false, &id));
+}
+
+/* One layer's forward on x with weight W: y 100 saves x and W, a 16-byte
+ * temporary, then x goes (the caller's reference). Returns y. */
+static int64_t layer_forward(vr_tape *tp, int64_t x, int64_t W) {
+  int64_t y = -1;
+  OK(vr_tape_alloc(tp, 100, VR_CAT_ACTIV, -1, false, &y));
+  OK(vr_tape_node(tp, (int64_t[]){x, W}, 2, (vr_edge[]){{x, 100, NOEDGE}, {W, 64, NOEDGE}}, 2,
+                  (int64_t[]){y}, 1, 8, -1));
+  OK(vr_tape_temp(tp, 16, VR_CAT_TEMP, -1));
+  OK(vr_tape_drop(tp, x));
+  return y;
+}
+
+static void same_tapes(vr_tape *a, vr_tape *b) {
+  vr_tape_stats sa, sb;
+  vr_tape_stats_get(a, &sa);
+  vr_tape_stats_get(b, &sb);
+  ck_assert_int_eq(sa.live, sb.live);
+  ck_assert_int_eq(sa.peak, sb.peak);
+  ck_assert_int_eq(sa.peak_phase, sb.peak_phase);
+  for (int c = 0; c < VR_NCAT; c++) ck_assert_int_eq(sa.peak_by_cat[c], sb.peak_by_cat[c]);
+  ck_assert_uint_eq(vr_tape_timeline_len(a), vr_tape_timeline_len(b));
+  ck_assert_uint_gt(vr_tape_timeline_len(a), 0);
+  for (size_t i = 0; i < vr_tape_timeline_len(a); i++) {
+    const vr_tl_event *ea = vr_tape_timeline_at(a, i), *eb = vr_tape_timeline_at(b, i);
+    ck_assert_int_eq(ea->delta, eb->delta);
+    ck_assert_int_eq(ea->cat, eb->cat);
+    ck_assert_int_eq(ea->phase, eb->phase);
+  }
+}
+
+START_TEST(captured_layers_should_equal_layers_built_one_by_one) {
+  vr_tape *full = vr_tape_new(NULL);
+  vr_tape_timeline(full, true);
+  vr_tape_timeline(t, true);
+  for (int i = 0; i < 4; i++) build_layer(full);
+  int64_t stride = 0, first = -1;
+  OK(vr_tape_capture_begin(t));
+  build_layer(t);
+  OK(vr_tape_capture_end(t, &stride, &first));
+  ck_assert_int_eq(stride, 2); /* W and the buffer */
+  ck_assert_int_eq(first, 0);
+  OK(vr_tape_capture_repeat(t, 3));
+  ck_assert_int_eq(vr_tape_bytes(t, first + 3 * stride), 64); /* layer 4's W */
+  ck_assert_int_eq(vr_tape_capture_repeat(t, 1), VR_ECOMPOSE); /* one repeat per capture */
+  same_tapes(full, t);
+  vr_tape_free(full);
+}
+END_TEST
+
+START_TEST(an_echoed_layer_should_equal_the_layer_walked) {
+  vr_tape *full = vr_tape_new(NULL);
+  vr_tape *tapes[2] = {full, t};
+  int64_t W[2][3], x[2] = {-1, -1};
+  bool ok = false;
+  for (int k = 0; k < 2; k++) {
+    vr_tape_timeline(tapes[k], true);
+    for (int i = 0; i < 3; i++) OK(vr_tape_alloc(tapes[k], 64, VR_CAT_WEIGHTS, -1, true, &W[k][i]));
+    OK(vr_tape_alloc(tapes[k], 100, VR_CAT_ACTIV, -1, false, &x[k]));
+  }
+  int64_t h = layer_forward(full, x[0], W[0][0]);
+  h = layer_forward(full, h, W[0][1]);
+  h = layer_forward(full, h, W[0][2]);
+  OK(vr_tape_backward(full, h));
+  /* the echoed tape: layer 1 walked under an echo, layers 2 and 3 replayed
+   * with the input, the weight (the next parameter) and y mapped */
+  OK(vr_tape_echo_begin(t));
+  int64_t in = x[1], y = layer_forward(t, in, W[1][0]);
+  OK(vr_tape_echo_end(t, &ok));
+  ck_assert(ok);
+  int64_t y2 = -1, y3 = -1;
+  OK(vr_tape_echo_replay(t, &in, &y, 1, W[1][0], W[1][0] + 1, 1, y, &y2));
+  OK(vr_tape_echo_replay(t, &in, &y2, 1, W[1][0], W[1][0] + 1, 2, y, &y3));
+  ck_assert_int_eq(vr_tape_bytes(t, y3), 100);
+  OK(vr_tape_backward(t, y3));
+  ck_assert_int_ge(vr_tape_grad(t, W[1][1]), 0); /* the replays' nodes reach W2 and W3 */
+  ck_assert_int_ge(vr_tape_grad(t, W[1][2]), 0);
+  same_tapes(full, t);
+  /* a phase spoils an echo */
+  OK(vr_tape_echo_begin(t));
+  OK(vr_tape_phase(t, "optimizer"));
+  OK(vr_tape_echo_end(t, &ok));
+  ck_assert(!ok);
+  ck_assert_int_eq(vr_tape_echo_replay(t, &in, &y, 1, 0, 0, 0, y, &y2), VR_ECOMPOSE);
+  vr_tape_free(full);
+}
+END_TEST
+
 static Suite *tape_suite(void) {
   Suite *s = suite_create("tape");
   TCase *tc = tcase_create("names");
@@ -987,6 +1087,12 @@ static Suite *tape_suite(void) {
   tcase_add_test(tc, a_rejected_node_inside_a_segment_should_not_corrupt_the_recording);
   tcase_add_test(tc, a_second_drop_of_a_saved_tensor_should_be_refused);
   tcase_add_test(tc, zero_grad_should_free_the_gradient_of_a_dropped_parameter);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("composed");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, captured_layers_should_equal_layers_built_one_by_one);
+  tcase_add_test(tc, an_echoed_layer_should_equal_the_layer_walked);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("reset");
