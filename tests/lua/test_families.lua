@@ -64,7 +64,27 @@ local CONFIGS = {
     qk_rope_head_dim = 64, v_head_dim = 128, moe_intermediate_size = 1408,
     n_routed_experts = 64, n_shared_experts = 2, num_experts_per_tok = 6,
     first_k_dense_replace = 1, moe_layer_freq = 1 }),
+  -- zai-org/GLM-4.5-Air's config.json, every key, as ms-swift prints the
+  -- Glm4MoeConfig it loads from it (index file 48221590695)
+  glm_4_5_air = cfg({ model_type = "glm4_moe", architectures = { "Glm4MoeForCausalLM" },
+    attention_bias = true, attention_dropout = 0.0, eos_token_id = { 151329, 151336, 151338 },
+    first_k_dense_replace = 1, head_dim = 128, hidden_act = "silu", hidden_size = 4096,
+    initializer_range = 0.02, intermediate_size = 10944, max_position_embeddings = 131072,
+    moe_intermediate_size = 1408, n_group = 1, n_routed_experts = 128, n_shared_experts = 1,
+    norm_topk_prob = true, num_attention_heads = 96, num_experts_per_tok = 8,
+    num_hidden_layers = 46, num_key_value_heads = 8, num_nextn_predict_layers = 1,
+    pad_token_id = 151329, partial_rotary_factor = 0.5, rms_norm_eps = 1e-05,
+    rope_theta = 1000000, routed_scaling_factor = 1.0, topk_group = 1,
+    torch_dtype = "bfloat16", transformers_version = "4.54.1", use_cache = true,
+    use_qk_norm = false, vocab_size = 151552 }),
 }
+-- zai-org/GLM-4.5 (and GLM-4.6, GLM-4.7: the same shapes): -Air's keys
+-- with its own shapes, q/k norms and routed scale (config.json, written out)
+CONFIGS.glm_4_5 = {}
+for k, v in pairs(CONFIGS.glm_4_5_air) do CONFIGS.glm_4_5[k] = v end
+for k, v in pairs({ hidden_size = 5120, intermediate_size = 12288, moe_intermediate_size = 1536,
+  num_hidden_layers = 92, n_routed_experts = 160, first_k_dense_replace = 3, use_qk_norm = true,
+  routed_scaling_factor = 2.5 }) do CONFIGS.glm_4_5[k] = v end
 
 local function count(name)
   return count_cfg(CONFIGS[name], name .. ".json")
@@ -111,6 +131,56 @@ T.test("MoE variants match their published counts", function()
   -- deepseek-ai/DeepSeek-V2-Lite: total_params in a model table (index file
   -- 69468411049)
   T.eq(count("deepseek_v2_lite").total, 15706484224)
+end)
+
+-- GLM-4.5's checkpoints hold one multi-token-prediction layer,
+-- model.layers.<num_hidden_layers>, that transformers skips on load
+-- (Glm4MoeModel._keys_to_ignore_on_load_unexpected): the Hub totals are
+-- the count plus that layer, written out here from modeling_glm4_moe.py
+-- and DeepSeek-V3's MTP module (a MoE decoder layer, eh_proj 2H -> H,
+-- enorm, hnorm, shared_head.norm, and in GLM-4.5's and -Air's files its
+-- own embed_tokens and shared_head.head).
+T.test("GLM-4.5, -Air and 4.6 match their Hub totals with the MTP layer", function()
+  local function mtp(H, heads, kv, hd, E, I, bias_qkv, qk_norm)
+    local attn = H * heads * hd + 2 * H * kv * hd + heads * hd * H
+      + (bias_qkv and (heads + 2 * kv) * hd or 0) + (qk_norm and 2 * hd or 0)
+    local moe = (E + 1) * 3 * H * I + H * E + E -- experts, shared, router, correction bias
+    return attn + moe + 2 * H + 2 * H * H + 3 * H
+  end
+  local air = count("glm_4_5_air")
+  -- PrimeIntellect/INTELLECT-3, GLM-4.5-Air's architecture saved without
+  -- the MTP layer: 106,852,251,264 (MoE table of Hub totals, index file
+  -- 69468411049)
+  T.eq(air.total, 106852251264)
+  -- zai-org/GLM-4.5-Air: 110,468,824,832 (same table; also 70911651117)
+  T.eq(air.total + mtp(4096, 96, 8, 128, 128, 1408, true, false) + 2 * 151552 * 4096,
+    110468824832)
+  local g = count("glm_4_5")
+  -- zai-org/GLM-4.5 and GLM-4.7: 358,337,791,296 (same table)
+  T.eq(g.total + mtp(5120, 96, 8, 128, 160, 1536, true, true) + 2 * 151552 * 5120,
+    358337791296)
+  -- zai-org/GLM-4.6: 356,785,898,816 (same table), GLM-4.5's shapes: its
+  -- MTP layer is stored without the embed_tokens/shared_head.head copies
+  T.eq(g.total + mtp(5120, 96, 8, 128, 160, 1536, true, true), 356785898816)
+  -- the pieces: o_proj without bias, per-head q/k norms, the dense layers
+  T.eq(part(g, "layers.attention") // 92, 5120 * 12288 + 12288 + 2 * (5120 * 1024 + 1024)
+    + 12288 * 5120 + 2 * 128)
+  T.eq(part(g, "layers.mlp"), 3 * 3 * 5120 * 12288)
+  T.eq(part(g, "layers.shared_experts"), 89 * 3 * 5120 * 1536)
+  T.eq(part(g, "layers.router.e_score_correction_bias"), 89 * 160)
+  for _, p in ipairs(g.parts) do
+    if p.name == "mtp" then
+      T.eq(p.params, 0)
+      T.ok(p.note:find(P.commas(mtp(5120, 96, 8, 128, 160, 1536, true, true)), 1, true), p.note)
+    end
+  end
+  -- keys GLM-4.5 does not read are refused, and the router's groups checked
+  local bad = {}
+  for k, v in pairs(CONFIGS.glm_4_5_air) do bad[k] = v end
+  bad.moe_layer_freq = 2
+  T.raises(function() count_cfg(bad, "air.json") end, "air.json: moe_layer_freq:")
+  bad.moe_layer_freq, bad.n_group = nil, 3
+  T.raises(function() count_cfg(bad, "air.json") end, "air.json: n_group: must divide")
 end)
 
 T.test("the pieces of a MoE count are the ones the modelling code builds", function()
@@ -363,7 +433,7 @@ end)
 
 T.test("every family runs train, LoRA, inference and generation", function()
   local all = { "gemma_2_2b", "gemma_3_1b", "phi_3_mini", "olmo_2_7b", "glm_4_9b",
-    "qwen1_5_moe", "olmoe_1b_7b", "deepseek_v2_lite" }
+    "qwen1_5_moe", "olmoe_1b_7b", "deepseek_v2_lite", "glm_4_5_air" }
   local configs = {}
   for _, n in ipairs(all) do configs[n] = CONFIGS[n] end
   for _, n in ipairs({ "mixtral_8x7b_v0_1", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_20b" }) do
@@ -386,6 +456,7 @@ T.test("every family runs train, LoRA, inference and generation", function()
         local want = count_cfg(cc, name).total
         local buffers = 0
         if cc.model_type == "deepseek_v3" then buffers = 1 * 256 end -- layer 4 is MoE
+        if cc.model_type == "glm4_moe" then buffers = 3 * 128 end -- layers 2-4 are MoE
         if not r.lora then T.eq(st.param_count + buffers, want, name .. " parameters") end
         T.ok(st.peak > 0, name)
       end

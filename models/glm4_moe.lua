@@ -1,0 +1,55 @@
+-- The glm4_moe family: GLM-4.5, GLM-4.5-Air, GLM-4.6 and GLM-4.7.
+-- Its decoder (the model_types below) is read, counted and simulated by
+-- models/decoder.lua from this description (models/decoder_lm.lua has the
+-- fields; contract in models/README.md). Follows transformers'
+-- modeling_glm4_moe.py (Glm4MoeAttention, Glm4MoeMoE/Glm4MoeSparseMoeBlock,
+-- Glm4MoeTopkRouter) and Glm4MoeConfig's defaults.
+local decoder_lm = require("models.decoder_lm")
+local deepseek = require("models.deepseek")
+local causal = require("models.causal_lm")
+
+-- GQA attention: q/k/v_proj with bias=attention_bias, o_proj always
+-- without; per-head q_norm/k_norm when use_qk_norm (GLM-4.5, not -Air).
+-- The MLP is DeepSeek-V3's (deepseek.experts): sigmoid router with the fp32
+-- e_score_correction_bias buffer, routed_scaling_factor, one shared MLP of
+-- n_shared_experts x moe_intermediate_size, dense layers below
+-- first_k_dense_replace. The MTP layers (num_nextn_predict_layers:
+-- model.layers.<num_hidden_layers>+ in the checkpoint) are skipped on load
+-- (Glm4MoeModel._keys_to_ignore_on_load_unexpected): not counted, noted.
+local function read(c, m)
+  m.qkv_bias, m.o_bias = c:bool("attention_bias", false), false
+  m.qk_norm = c:bool("use_qk_norm", false) and "head" or nil
+  deepseek.experts(c, m, { sigmoid = true, routed = 128, top_k = 8, inter = 1408, shared = 1,
+    first = 1 })
+  local groups = c:int("n_group", 1, false, 1)
+  c:int("topk_group", 1, false, 1)
+  if m.moe.experts and m.moe.experts % groups ~= 0 then
+    c:fail("n_group", ("must divide n_routed_experts (%d), got %d"):format(m.moe.experts, groups))
+  end
+  m.mtp = c:int("num_nextn_predict_layers", 0, false, 0)
+  -- rotary over int(head_dim * partial_rotary_factor) of each head
+  m.partial_rotary = c:num("partial_rotary_factor", 0.5)
+  if m.partial_rotary <= 0 or m.partial_rotary > 1 then
+    c:fail("partial_rotary_factor", ("must be in (0, 1], got %s"):format(m.partial_rotary))
+  end
+end
+
+local F = decoder_lm.variant("glm4_moe",
+  "GLM-4.5/4.6/4.7: GQA with q/k/v bias, sigmoid-routed + shared experts (models/glm4_moe.lua)", {
+  glm4_moe = { tie = false, head_dim = 128, per_layer = true, read = read,
+    models = { "n_routed_experts", "moe_intermediate_size", "n_shared_experts",
+      "first_k_dense_replace", "num_nextn_predict_layers" } },
+})
+
+function F.simulator(m)
+  local d = { sim = causal, text = m.text, assumptions = {} }
+  if m.text.partial_rotary < 1 then
+    d.assumptions[1] = ("partial_rotary_factor %g: RoPE priced over the whole head; "
+      .. "transformers rotates %d of %d dimensions and concatenates the rest (a slice and a "
+      .. "cat per q and k, not priced)"):format(m.text.partial_rotary,
+      math.floor(m.text.head_dim * m.text.partial_rotary), m.text.head_dim)
+  end
+  return d
+end
+
+return F
