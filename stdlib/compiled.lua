@@ -3,7 +3,10 @@
 -- each live-bytes change fitted as an integer polynomial in them, and the
 -- program answers any sizes in C -- the same peak the simulator gives, in
 -- microseconds. Runs whose op structure depends on a size (generation's
--- logits_to_keep, chunk sizes) are refused with the reason.
+-- logits_to_keep, chunk sizes, an expert's capacity) are refused with the
+-- reason. A mixture-of-experts loop (each expert floor or ceil of rows x
+-- top_k / experts tokens) has a program per remainder of that division,
+-- fitted on first use (expert_rows below).
 --
 --   local est = require("stdlib.compiled").compile(run [, where, {sizes = {...}}])
 --   est:peak(batch, seq, ...)     -> tensors allocated, exact bytes
@@ -18,6 +21,7 @@ local step = require("stdlib.step")
 local errors = require("stdlib.errors")
 local with = require("stdlib.run").with
 local frameworks = require("stdlib.frameworks")
+local moe = require("stdlib.moe")
 
 local M = {}
 
@@ -75,6 +79,21 @@ local SIZES = {
       local v = copy(run.vision)
       v.grid_h, v.grid_w = f * a, f * (x // a)
       return { vision = v }
+    end },
+  -- the expert loop's quotient q of rows x top_k by the experts (each
+  -- expert gets q or q + 1 tokens, stdlib/moe.lua split), set apart from
+  -- batch and seq, with the remainder r held: one program per r (Est
+  -- below). Never asked for: added to a text-only training step whose MoE
+  -- runs the loop, balanced and dropless (its run's own q is no size a
+  -- caller gives: Est computes it from batch and seq).
+  expert_rows = { degree = 1, base = 1, further = { 3, 5 },
+    get = function(run) return (moe.split(run.batch * run.seq, run.text.moe.top_k,
+      run.text.moe.experts)) end,
+    set = function(run, x)
+      local t, o = copy(run.text), copy(run.text.moe)
+      o.split = { q = x, r = o.split.r } -- r: the program's (with_split)
+      t.moe = o
+      return { text = t }
     end },
 }
 M.SIZES = SIZES
@@ -161,30 +180,82 @@ end
 -- sizes have programs of their own, fitted on first use along their line
 -- (traced with that structure); a line that cannot be fitted, and (1, 1),
 -- are simulated.
-local function program(self, batch, seq)
-  if batch ~= 1 and seq ~= 1 then return self.prog end
+-- set: {prog, lines, run} (an Est, or one remainder's programs of an
+-- MoeEst); names: its programs' sizes.
+local function program(set, names, batch, seq)
+  if batch ~= 1 and seq ~= 1 then return set.prog end
   if batch == 1 and seq == 1 then return nil end
   local line = batch == 1 and "batch" or "seq"
-  if self.lines[line] == nil then
+  if set.lines[line] == nil then
     local held = line == "batch" and { 1 } or { nil, 1 }
-    self.lines[line] = fit(self.run, self.sizes, held, true) or false
+    set.lines[line] = fit(set.run, names, held, true) or false
   end
-  return self.lines[line] or nil
+  return set.lines[line] or nil
+end
+
+local function simulated(st)
+  return { peak = st.peak, peak_phase = st.peak_phase, peak_op = st.peak_op,
+    at_peak = st.at_peak }
 end
 
 function Est:peak(batch, seq, ...)
   if batch ~= 1 and seq ~= 1 then return self.prog:peak(batch, seq, ...) end
-  local prog = program(self, batch, seq)
+  local prog = program(self, self.sizes, batch, seq)
   if prog then return prog:peak(batch, seq, ...) end
   return direct(self, batch, seq, ...).peak
 end
 
 function Est:eval(batch, seq, ...)
-  local prog = program(self, batch, seq)
+  local prog = program(self, self.sizes, batch, seq)
   if prog then return prog:eval(batch, seq, ...) end
-  local st = direct(self, batch, seq, ...)
-  return { peak = st.peak, peak_phase = st.peak_phase, peak_op = st.peak_op,
-    at_peak = st.at_peak }
+  return simulated(direct(self, batch, seq, ...))
+end
+
+-- The expert loop's estimate (expert_rows above): per remainder r of
+-- batch x seq x top_k by the experts, programs over the sizes and the
+-- quotient q, fitted on first use; where q is 0 (experts without tokens
+-- skip their ops) the step is simulated.
+local MoeEst = setmetatable({}, { __index = Est })
+MoeEst.__index = MoeEst
+
+local function with_split(run, r)
+  local t, o = copy(run.text), copy(run.text.moe)
+  o.split = { q = 1, r = r }
+  t.moe = o
+  return with(run, { text = t })
+end
+
+local function moe_set(self, r)
+  local set = self.sets[r]
+  if set == nil then
+    set = { run = with_split(self.run, r), lines = {} }
+    set.prog, set.why = fit(set.run, self.names, {}, nil)
+    set.prog = set.prog or false
+    self.sets[r] = set
+  end
+  return set
+end
+
+-- method of the program for (batch, seq) at the caller's sizes and q; nil
+-- when there is none (simulated).
+local function moe_call(self, method, batch, seq, a, b)
+  local q, r = moe.split(batch * seq, self.top_k, self.experts)
+  if q < 1 then return nil end
+  local set = moe_set(self, r)
+  local prog = set.prog and program(set, self.names, batch, seq)
+  if not prog then return nil end
+  local n = #self.sizes
+  if n == 2 then return prog[method](prog, batch, seq, q) end
+  if n == 3 then return prog[method](prog, batch, seq, a, q) end
+  return prog[method](prog, batch, seq, a, b, q)
+end
+
+function MoeEst:peak(batch, seq, ...)
+  return moe_call(self, "peak", batch, seq, ...) or direct(self, batch, seq, ...).peak
+end
+
+function MoeEst:eval(batch, seq, ...)
+  return moe_call(self, "eval", batch, seq, ...) or simulated(direct(self, batch, seq, ...))
 end
 
 -- The run's own value of each size, in est.sizes' order.
@@ -192,6 +263,44 @@ function Est:own()
   local out = {}
   for i, name in ipairs(self.sizes) do out[i] = SIZES[name].get(self.run) end
   return out
+end
+
+-- The MoE implementation the family runs (models/causal_lm.lua), or nil.
+local function moe_impl(run)
+  local pick = run.sim and run.sim.moe_impl
+  return pick and pick(run, run.text) or (run.moe and run.moe.impl)
+end
+
+-- Whether run's experts run the loop, balanced and dropless, over the
+-- rows batch x seq of a text-only training step: then expert_rows is a
+-- size of its programs.
+local function expert_loop(run)
+  local o = run.text and run.text.moe
+  return o ~= nil and not o.capacity_factor and not o.imbalance and o.experts > 1
+    and run.mode == "train" and not run.rl and not run.vision and not run.vlm
+    and moe_impl(run) == "loop"
+end
+
+-- Why a mixture-of-experts step is no polynomial in its sizes, if it is
+-- that (stdlib/moe.lua routes rows x top_k assignments over the experts as
+-- evenly as the integers allow): added to a refusal's reason.
+local function moe_why(run)
+  local o = run.text and run.text.moe
+  if not o then return "" end
+  if o.capacity_factor then
+    return "; an expert's capacity is ceil(capacity_factor x rows x top_k / experts) "
+      .. "(stdlib/moe.lua): no polynomial in batch and seq"
+  end
+  if o.imbalance then
+    return "; the busiest expert's tokens are min(rows, ceil(imbalance x rows x top_k / "
+      .. "experts)) (stdlib/moe.lua): no polynomial in batch and seq"
+  end
+  if moe_impl(run) == "loop" then
+    return "; the expert loop (run.moe.impl: loop, transformers' eager code) gives each "
+      .. "expert floor or ceil of rows x top_k / experts tokens (stdlib/moe.lua), compiled "
+      .. "per remainder only for a text-only training step"
+  end
+  return ""
 end
 
 -- opts.sizes: extra sizes (lora_rank, image_tokens) the program is a
@@ -208,9 +317,38 @@ function M.compile(run, where, opts)
     end
     names[#names + 1] = name
   end
+  if expert_loop(run) then return M.compile_loop(run, where, names) end
   local prog, why = fit(run, names, {}, nil)
-  if not prog then errors.input(where, "", "this run cannot be compiled: " .. why) end
+  if not prog then
+    errors.input(where, "", "this run cannot be compiled: " .. why .. moe_why(run))
+  end
   return setmetatable({ prog = prog, run = run, lines = {}, sizes = names }, Est)
+end
+
+-- The expert loop's estimate, its own remainder's programs fitted now and
+-- checked against the simulator at the run's own sizes (the quotient and
+-- remainder are of batch x seq x top_k: the decoder's rows for a text-only
+-- training step).
+function M.compile_loop(run, where, names)
+  local o = run.text.moe
+  local all = { table.unpack(names) }
+  all[#all + 1] = "expert_rows"
+  local self = setmetatable({ run = run, sizes = names, names = all, sets = {},
+    top_k = o.top_k, experts = o.experts }, MoeEst)
+  local q, r = moe.split(run.batch * run.seq, o.top_k, o.experts)
+  local set = moe_set(self, r)
+  if not set.prog then
+    errors.input(where, "", "this run cannot be compiled: " .. set.why .. moe_why(run))
+  end
+  if q >= 1 and run.batch > 1 and run.seq > 1 then
+    local own = self:own()
+    local want = step.run(run).peak
+    if self:peak(table.unpack(own)) ~= want then
+      errors.input(where, "", "this run cannot be compiled: its expert loop's split is not "
+        .. "batch x seq x top_k over the experts (the program differs from the simulator)")
+    end
+  end
+  return self
 end
 
 -- Whether a program over names can be fitted for run (the reason if not).

@@ -62,6 +62,15 @@ function M.tokens_per_expert(rows, top_k, experts, capacity_factor, imbalance)
   return counts, cap
 end
 
+-- A balanced, dropless split as the quotient and remainder of rows x top_k
+-- by the experts: expert i gets q + 1 for i <= r, else q. A compiled
+-- estimate's probe (stdlib/compiled.lua expert_rows) sets o.split = {q, r}
+-- apart from rows: the loop's sizes are then polynomials in q for each r.
+function M.split(rows, top_k, experts)
+  local total = rows * top_k
+  return total // experts, total % experts
+end
+
 -- Parameters of one MoE block in model.parameters() order. o: the block
 -- description (decoder.read's m.moe); opts as decoder.build's (dt,
 -- trainable, lora, quant). Returns the block's parameter table.
@@ -219,7 +228,13 @@ local function loop(S, x, B, w, rows, label)
   local final = S:new_tensor(rows * H, acc_dt, label .. ".final_hidden_states", false)
   -- one_hot(selected, E).permute(...): int64 (E, k, rows), no grad
   local mask = S:new_tensor(rows * k * o.experts, "int64", label .. ".expert_mask", false)
-  local counts = M.tokens_per_expert(rows, k, o.experts, o.capacity_factor, o.imbalance)
+  local counts
+  if o.split then
+    counts = {}
+    for e = 1, o.experts do counts[e] = o.split.q + (e <= o.split.r and 1 or 0) end
+  else
+    counts = M.tokens_per_expert(rows, k, o.experts, o.capacity_factor, o.imbalance)
+  end
   local prev = nil
   for e = 1, o.experts do
     local n = counts[e]

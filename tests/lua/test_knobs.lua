@@ -224,4 +224,70 @@ function tests.parallel_degrees_are_knobs()
     "tp: is a parallel knob: the spec has no parallel: table")
 end
 
+-- Mixture of experts, transformers' expert loop: each expert gets floor or
+-- ceil of rows x top_k / experts tokens, so the programs are per remainder
+-- of rows x top_k by the experts, in the quotient (stdlib/compiled.lua
+-- expert_rows); below one token per expert the step is simulated. Sizes
+-- on both sides of every remainder class, probes and not.
+local function moe_spec(preset, run)
+  local r = { mode = "train", batch = 2, seq = 64, precision = { params = "bf16" },
+    attention = "sdpa" }
+  for k, v in pairs(run or {}) do r[k] = v end
+  return { model = { preset = preset, overrides = { num_hidden_layers = 2 } }, run = r }
+end
+
+function tests.an_expert_loop_compiles_per_remainder()
+  local mix = moe_spec("mixtral_8x7b_v0_1", { lora = { rank = 8 } })
+  local K = knobs.new(mix, where, registry)
+  T.eq(K.symbolic, { "lora_rank" }, "the rank a size beside the experts' quotient")
+  T.ok(getmetatable(K.base_entry).__index ~= nil and K.base_entry.sets ~= nil, "an expert loop")
+  local ks = {
+    { batch = 1, seq = 1 }, { batch = 1, seq = 3 }, { batch = 3, seq = 1 }, { batch = 1, seq = 9 },
+    { batch = 1, seq = 7 }, { batch = 3, seq = 5 },
+    { batch = 2, seq = 5 }, { batch = 3, seq = 7 }, { batch = 5, seq = 333 },
+    { batch = 16, seq = 4096 }, { seq = 1001 }, { batch = 7, seq = 2, lora_rank = 40 },
+    { lora_rank = 3, seq = 99 }, { grad_accum = 2, batch = 3, seq = 50 }, { ckpt = "full", seq = 77 },
+  }
+  local function check(Kx, base, list)
+    for _, k in ipairs(list) do
+      local s = copy(base)
+      for name, v in pairs(k) do
+        if name == "lora_rank" then s.run.lora.rank = v
+        elseif name == "ckpt" then s.run.grad_checkpointing = v
+        else s.run[name] = v end
+      end
+      local want = step.run(spec.normalize(s, where, registry))
+      T.eq(Kx:peak(k), want.peak, describe(k))
+      local e = Kx:eval(k)
+      T.eq({ e.peak, e.peak_phase, e.at_peak }, { want.peak, want.peak_phase, want.at_peak },
+        describe(k) .. ": eval")
+    end
+  end
+  check(K, mix, ks)
+  local n = 0
+  for _, set in pairs(K.base_entry.sets) do n = n + (set.prog and 1 or 0) end
+  T.eq(n, 4, "Mixtral's 8 experts, top-2: remainders 0, 2, 4, 6")
+  -- Qwen3-30B-A3B: 128 experts, top-8, a shared-expert-free sparse block
+  local q = moe_spec("qwen3_30b_a3b")
+  check(knobs.new(q, where, registry), q, { { batch = 2, seq = 64 }, { batch = 3, seq = 5 },
+    { batch = 1, seq = 17 }, { batch = 4, seq = 1000 }, { batch = 1, seq = 15 } })
+end
+
+-- A capacity factor caps each expert at ceil(cf x rows x top_k / experts):
+-- refused with the reason, and every knob still answered (simulated).
+function tests.an_expert_capacity_is_refused_with_the_reason()
+  local sp = moe_spec("mixtral_8x7b_v0_1", { moe = { impl = "grouped", capacity_factor = 1.25 } })
+  local run = spec.normalize(sp, where, registry)
+  local est, why = compiled.try(run, {})
+  T.eq(est, nil)
+  T.ok(why:find("capacity is ceil(capacity_factor x rows x top_k / experts)", 1, true), why)
+  local K = knobs.new(sp, where, registry)
+  local s = copy(sp)
+  s.run.batch, s.run.seq = 3, 41
+  T.eq(K:peak({ batch = 3, seq = 41 }), step.run(spec.normalize(s, where, registry)).peak)
+  -- grouped and dropless: one permuted buffer of rows x top_k rows, a program
+  local g = moe_spec("mixtral_8x7b_v0_1", { moe = { impl = "grouped" } })
+  T.ok(compiled.try(spec.normalize(g, where, registry), {}), "grouped compiles")
+end
+
 return tests
