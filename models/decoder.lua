@@ -455,6 +455,14 @@ local function cache_kept(m, idx, held)
   return win and math.min(held, win - 1) or held
 end
 
+-- Tokens held after n decode steps from t, n times t -> cache_kept(t) + 1
+-- in closed form: a full cache grows by n, a sliding one up to its window.
+local function cache_after(m, idx, t, n)
+  if n <= 0 then return t end
+  local win = m.sliding_layers and m.sliding_layers[idx] and m.sliding_window
+  return win and math.min(t + n, win) or t + n
+end
+
 -- The caches as `steps` more decode steps leave them, without simulating
 -- those steps (models/causal_lm.lua's generate): a prompt of `prompt`
 -- tokens, `done` decode steps so far. Each cache is let go of before its
@@ -462,10 +470,8 @@ end
 -- after the steps.
 function D.advance_cache(S, P, cache, prompt, done, steps)
   for idx, c in pairs(cache) do
-    local held = prompt
-    for _ = 1, done do held = cache_kept(P.m, idx, held) + 1 end
-    local h = held
-    for _ = 1, steps do h = cache_kept(P.m, idx, h) + 1 end
+    local held = cache_after(P.m, idx, prompt, done)
+    local h = cache_after(P.m, idx, held, steps)
     assert(c.k.n % held == 0 and c.v.n % held == 0, "a KV cache of a size no token count explains")
     local kn, vn, kdt, vdt = c.k.n // held, c.v.n // held, c.k.dt, c.v.dt
     S:drop(c.k)
