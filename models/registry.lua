@@ -35,6 +35,8 @@ R.FAMILIES = {
     architectures = { "OlmoeForCausalLM" } },
   { module = "models.deepseek", model_types = { "deepseek_v2", "deepseek_v3" },
     architectures = { "DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM" } },
+  { module = "models.deepseek_moe", model_types = { "deepseek" },
+    architectures = { "DeepseekForCausalLM" } },
   { module = "models.glm4_moe", model_types = { "glm4_moe" },
     architectures = { "Glm4MoeForCausalLM" } },
   { module = "models.gpt_oss", model_types = { "gpt_oss" },

@@ -77,6 +77,16 @@ local CONFIGS = {
     rope_theta = 1000000, routed_scaling_factor = 1.0, topk_group = 1,
     torch_dtype = "bfloat16", transformers_version = "4.54.1", use_cache = true,
     use_qk_norm = false, vocab_size = 151552 }),
+  -- deepseek-ai/deepseek-moe-16b-base's config.json (model_type deepseek,
+  -- remote code), written out with its routing keys
+  deepseek_moe_16b = cfg({ model_type = "deepseek", architectures = { "DeepseekForCausalLM" },
+    attention_bias = false, aux_loss_alpha = 0.001, first_k_dense_replace = 1,
+    hidden_size = 2048, intermediate_size = 10944, max_position_embeddings = 4096,
+    moe_intermediate_size = 1408, moe_layer_freq = 1, n_routed_experts = 64,
+    n_shared_experts = 2, norm_topk_prob = false, num_attention_heads = 16,
+    num_experts_per_tok = 6, num_hidden_layers = 28, num_key_value_heads = 16,
+    pretraining_tp = 1, rms_norm_eps = 1e-06, rope_theta = 10000, scoring_func = "softmax",
+    seq_aux = true, torch_dtype = "bfloat16", vocab_size = 102400 }),
 }
 -- zai-org/GLM-4.5 (and GLM-4.6, GLM-4.7: the same shapes): -Air's keys
 -- with its own shapes, q/k norms and routed scale (config.json, written out)
@@ -131,6 +141,32 @@ T.test("MoE variants match their published counts", function()
   -- deepseek-ai/DeepSeek-V2-Lite: total_params in a model table (index file
   -- 69468411049)
   T.eq(count("deepseek_v2_lite").total, 15706484224)
+end)
+
+T.test("DeepSeek-MoE 16B (model_type deepseek) matches its Hub total", function()
+  local r = count("deepseek_moe_16b")
+  -- deepseek-ai/deepseek-moe-16b-base and -chat: 16,375,728,128 (MoE table
+  -- of Hub totals, index file 69468411049; num_params in 67161653560)
+  T.eq(r.total, 16375728128)
+  -- by hand: 1 dense layer, 27 MoE layers of 64 experts + a shared MLP of
+  -- 2 x 1408, a bare 64 x 2048 MoEGate weight, no attention biases
+  T.eq(part(r, "layers.mlp"), 3 * 2048 * 10944)
+  T.eq(part(r, "layers.experts"), 27 * 64 * 3 * 2048 * 1408)
+  T.eq(part(r, "layers.shared_experts"), 27 * 3 * 2048 * 2816)
+  T.eq(part(r, "layers.router"), 27 * 64 * 2048)
+  T.eq(part(r, "layers.attention"), 28 * 4 * 2048 * 2048)
+  -- moe_layer_freq 2: layers 2, 4, ..., 26 are MoE (layer_idx % 2 == 0, >= 1), 15 dense
+  local c = {}
+  for k, v in pairs(CONFIGS.deepseek_moe_16b) do c[k] = v end
+  c.moe_layer_freq = 2
+  T.eq(part(count_cfg(c, "c"), "layers.mlp"), 15 * 3 * 2048 * 10944)
+  c.moe_layer_freq, c.scoring_func = 1, "sigmoid"
+  T.raises(function() count_cfg(c, "c.json") end, "c.json: scoring_func: is 'sigmoid'")
+  c.scoring_func, c.kv_lora_rank = "softmax", 512 -- a V2 relabelled v1
+  T.raises(function() count_cfg(c, "c.json") end, "c.json: kv_lora_rank:")
+  -- n_routed_experts null (DeepseekConfig's default): a dense model
+  c.kv_lora_rank, c.n_routed_experts, c.num_experts_per_tok = nil, nil, nil
+  T.eq(part(count_cfg(c, "c"), "layers.mlp"), 28 * 3 * 2048 * 10944)
 end)
 
 -- GLM-4.5's checkpoints hold one multi-token-prediction layer,
@@ -433,7 +469,7 @@ end)
 
 T.test("every family runs train, LoRA, inference and generation", function()
   local all = { "gemma_2_2b", "gemma_3_1b", "phi_3_mini", "olmo_2_7b", "glm_4_9b",
-    "qwen1_5_moe", "olmoe_1b_7b", "deepseek_v2_lite", "glm_4_5_air" }
+    "qwen1_5_moe", "olmoe_1b_7b", "deepseek_v2_lite", "glm_4_5_air", "deepseek_moe_16b" }
   local configs = {}
   for _, n in ipairs(all) do configs[n] = CONFIGS[n] end
   for _, n in ipairs({ "mixtral_8x7b_v0_1", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_20b" }) do
