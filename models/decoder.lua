@@ -786,28 +786,58 @@ function D.forward(S, P, emb, run)
     S:drop(h, cache_pos, mask, cos, sin)
     return normed
   end
-  local i = 1
-  while i <= m.layers do
+  -- one step of the walk from layer i on h (dropped): a checkpointed
+  -- segment (every ckpt_every-th layer, ckpt_segment layers long) or one
+  -- layer; returns the next layer's index and the output
+  local every = run.ckpt_every or 1
+  local function walk(i, x)
     local last = math.min(i + seg - 1, m.layers)
-    local out
-    if run.ckpt and S.grad and (i - 1) % (run.ckpt_every or 1) == 0 then
-      local first = h
+    if run.ckpt and S.grad and (i - 1) % every == 0 then
+      local first, out = x, nil
       S:checkpoint_begin()
       for j = i, last do
-        out = layer_forward(S, P, P.layers[j], h, ctx, j)
-        if j > i then S:drop(h) end
-        h = out
+        out = layer_forward(S, P, P.layers[j], x, ctx, j)
+        if j > i then S:drop(x) end
+        x = out
       end
       S:checkpoint_end(D.ckpt_inputs(first, ctx), { out }, "checkpoint")
       S:drop(first)
-      i = last + 1
-    else
-      out = layer_forward(S, P, P.layers[i], h, ctx, i)
-      S:drop(h)
-      i = i + 1
+      return last + 1, out
     end
-    h = out
+    local out = layer_forward(S, P, P.layers[i], x, ctx, i)
+    S:drop(x)
+    return i + 1, out
   end
+  local i = 1
+  -- checkpointing every n-th layer or in segments: the walk repeats every
+  -- `period` layers (one segment, then plain layers up to the next
+  -- checkpointed one), so whole periods compose as units of layers
+  -- (stdlib/compose.lua), the layers left over walked after them. Not when
+  -- a timeline is drawn: the composed units keep fewer events than the
+  -- walk, and the drawn step stays the one it was (tests/lua/test_compose.lua
+  -- compares the answers with compose = false)
+  local period = every * ((seg + every - 1) // every)
+  local units = m.layers // period
+  if run.ckpt and period > 1 and m.uniform and not ctx.router_logits and not S.timeline
+    and compose.enabled(S, units, run, true) then
+    -- units 1, 2 and the last are walked, the others' gradients read off
+    -- the layers' group (stdlib/compose.lua) or their tables (made on read)
+    local mt = getmetatable(P.layers)
+    local ls = setmetatable({}, { group = mt and mt.group, per = period,
+      __index = function(t, u)
+        local l = {}
+        for j = (u - 1) * period + 1, u * period do l[#l + 1] = P.layers[j] end
+        rawset(t, u, l)
+        return l
+      end })
+    h = compose.layers(S, ls, units, function(u, x)
+      local j, stop = (u - 1) * period + 1, u * period + 1
+      while j < stop do j, x = walk(j, x) end
+      return x
+    end, h, "layers.composed")
+    i = units * period + 1
+  end
+  while i <= m.layers do i, h = walk(i, h) end
   local normed = P.norm and layers.rmsnorm(S, h, P.norm, rows, "norm") or S:view(h)
   S:drop(h, cache_pos, mask, cos, sin)
   return normed

@@ -4,10 +4,12 @@
 -- the layers are identical (the tests compare it with the full simulation).
 local M = {}
 
--- Whether a stack of n layers can be composed under this run.
-function M.enabled(S, n, run)
+-- Whether a stack of n layers can be composed under this run; units: the
+-- caller composes units of several layers that checkpoint every n-th layer
+-- or in segments (models/decoder.lua), else each layer must be its own.
+function M.enabled(S, n, run, units)
   return S.grad and run.compose ~= false and not run.cache and n >= 4
-    and (run.ckpt_every or 1) == 1 and (run.ckpt_segment or 1) == 1
+    and (units or ((run.ckpt_every or 1) == 1 and (run.ckpt_segment or 1) == 1))
 end
 
 -- Identical grad-free layers that keep nothing (a vision tower under
@@ -57,23 +59,26 @@ local by_id = function(a, b) return a.id < b.id end
 -- their count per layer, and for layers built as one group
 -- (Sim:build_layers) the id stride from one layer to the next: then the
 -- edges are layer 3's alone (the tape adds the stride for the others),
--- read off layer 1's table.
+-- read off the group's first layer. Units of `per` layers (a metatable
+-- {group, per}, models/decoder.lua) are read the same way, per copies each.
 local function middle_edges(layers, n)
   local edges, nper = {}, nil
   local mt = getmetatable(layers)
-  local G = mt and mt.group
-  local ps = G and G.count == n and params(rawget(layers, 1), {})
+  local G, per = mt and mt.group, mt and mt.per or 1
+  local ps = G and G.count >= n * per and params(G.template, {})
   for _, p in ipairs(ps or {}) do
     if not G.index[p] then ps = nil; break end -- a parameter from outside the layer
   end
   if ps then
     table.sort(ps, by_id)
-    local off = 2 * G.stride -- layer 3: copy 2
-    for _, p in ipairs(ps) do
-      edges[#edges + 1] = p.id + off
-      edges[#edges + 1] = p.b
+    for c = 2 * per, 3 * per - 1 do -- unit 3: copies 2 * per on
+      local off = c * G.stride
+      for _, p in ipairs(ps) do
+        edges[#edges + 1] = p.id + off
+        edges[#edges + 1] = p.b
+      end
     end
-    return edges, #ps, G.stride
+    return edges, #ps * per, per * G.stride
   end
   for i = 3, n - 1 do
     -- in creation order: pairs() order changes from one process to the next
@@ -115,7 +120,7 @@ function M.layers(S, layers, n, one, x, label)
   local tape = S.tape
   local mt = getmetatable(layers)
   local G = mt and mt.group
-  local echo = G and G.count == n and not S.autocast
+  local echo = G and not mt.per and G.count == n and not S.autocast
   local function run(i, input)
     if echo then tape:echo() end
     local out = one(i, input)

@@ -273,7 +273,7 @@ function Sim:build_layers(n, build, uniform)
   tape:capture_repeat(n - 1)
   -- first: layer 1's first tensor (layer i's tensors are first + (i - 1) * stride on)
   local G = fold(self.params, np, { group = true, count = n, stride = stride, first = first,
-    copies = {}, index = {} })
+    copies = {}, index = {}, template = template })
   for _, p in ipairs(G.params) do G.index[p] = true end
   fold(self.load_params, nl, { group = true, count = n, stride = stride,
     copies = G.copies, index = G.index })

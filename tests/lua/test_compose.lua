@@ -156,6 +156,51 @@ function tests.rl_with_a_reference_model()
     rl = { new_tokens = 3, minibatch = 1, reference = true, value = true } }, "ppo")
 end
 
+-- Checkpointing every n-th layer or in segments composes whole periods of
+-- layers as units (models/decoder.lua), the layers left over walked: the
+-- answer of every layer walked (compose = false), with or without a tail,
+-- and with a timeline the walk as before.
+function tests.checkpoint_periods_compose_as_units()
+  local compose = require("stdlib.compose")
+  local calls, layers = 0, compose.layers
+  compose.layers = function(...)
+    calls = calls + 1
+    return layers(...)
+  end
+  local ok, err = pcall(function()
+    for _, c in ipairs({ { 9, 2, nil }, { 10, 3, nil }, { 12, nil, 2 }, { 13, nil, 3 },
+      { 11, 2, 2 }, { 14, 2, 3 }, { 16, 3, 2 }, { 18, 2, 3 }, { 15, 3, 1 } }) do
+      local n, every, segment = c[1], c[2], c[3]
+      local f = { grad_checkpointing = every or "full", checkpoint_segment = segment }
+      for k, extra in ipairs({ {}, { lora = { rank = 4 } }, { grad_accum = 2 },
+        { precision = { params = "fp32", compute = "bf16" } } }) do
+        for key, v in pairs(extra) do f[key] = v end
+        local what = ("%d layers, every %s, segment %s, variant %d"):format(n, tostring(every),
+          tostring(segment), k)
+        local run = run_of("qwen2_5_1_5b_instruct", { num_hidden_layers = n }, f)
+        run.compose = false
+        local full = answer(step.run(run))
+        run.compose = nil
+        calls = 0
+        T.eq(answer(step.run(run)), full, what)
+        -- (period: one segment and plain layers to the next checkpointed one)
+        local e = every or 1
+        local period = e * (((segment or 1) + e - 1) // e)
+        T.eq(calls > 0, n // period >= 4, what .. ": composed as units when 4 or more")
+        run.timeline = true
+        calls = 0
+        local drawn = answer(step.run(run))
+        T.eq(calls, 0, what .. ": walked when drawn")
+        drawn.timeline = nil
+        T.eq(drawn, full, what .. ": drawn")
+        for key in pairs(extra) do f[key] = nil end
+      end
+    end
+  end)
+  compose.layers = layers
+  if not ok then error(err, 0) end
+end
+
 -- A capture spoiled by anything but allocs and temps is not repeated: the
 -- layers are then built one by one.
 function tests.a_spoiled_capture_is_not_repeated()
