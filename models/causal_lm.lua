@@ -216,7 +216,16 @@ function F.generate(S, P, run, prefix_embeds)
   -- ~1 MB of timeline per step): then the middle ones are fast-forwarded
   -- too and the timeline says how many it does not draw.
   local draw_all = S.timeline and steps <= F.DRAWN_DECODE_STEPS
-  if steps >= 3 and S.composable and not draw_all then
+  if steps >= 2 and S.composable and not S.timeline then
+    -- Undrawn, the first step is no different: the prefill leaves the
+    -- state a decode step leaves (caches, ids, the sampled token), each
+    -- smaller, so only the last step can reach the decode's peak.
+    decoder.advance_cache(S, P, cache, T, 0, steps - 1)
+    past = past + steps - 1
+    S:drop(ids)
+    ids = S:new_tensor(B * (past + 1), "int64", "input_ids.cat", false, "inputs")
+    decode_step()
+  elseif steps >= 3 and S.composable and not draw_all then
     if S.timeline then S.timeline_skipped = (S.timeline_skipped or 0) + steps - 2 end
     -- Decode steps differ only in `past`, and every size in one is a
     -- nondecreasing function of it (caches, mask, scores), so each step's
