@@ -4,7 +4,6 @@
 local siglip = require("models.siglip")
 local decoder = require("models.decoder")
 local causal = require("models.causal_lm")
-local classifier = require("models.siglip_classifier")
 local layers = require("stdlib.layers")
 local loss = require("stdlib.loss")
 local errors = require("stdlib.errors")
@@ -38,8 +37,11 @@ function F.case(cfg, where)
 end
 
 -- Whether a measured case's towers are ones the simulator models (a text
--- config with cross-attention layers included).
+-- config with cross-attention layers included). The classifier's module
+-- (and the Qwen2.5-VL tower it requires) loads only here: an estimate of a
+-- run spec never asks.
 function F.supports(cfg)
+  local classifier = require("models.siglip_classifier")
   local tc = {}
   for k, v in pairs(cfg.text_config or {}) do tc[k] = v end
   tc.cross_attention_layers = nil

@@ -187,7 +187,8 @@ end
 function M.finish_trace(S, st)
   st.trace = S.tape:take_trace()
   if st.trace then st.names = S.tape:names() end
-  st.timeline = require("stdlib.timeline").collect(S.tape) -- nil unless recorded
+  -- nil unless recorded (stdlib.timeline loads only then)
+  st.timeline = S.tape:timeline_len() > 0 and require("stdlib.timeline").collect(S.tape) or nil
   if st.timeline then st.timeline.skipped_decode = S.timeline_skipped end
   return st
 end
