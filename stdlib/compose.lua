@@ -101,6 +101,15 @@ local function alike(a, b)
   for k in pairs(b) do if a[k] == nil then return false end end
   return true
 end
+M.alike = alike
+
+-- Tensor x's table with another id (a replayed layer's output, its cache).
+function M.moved(x, id)
+  local out = {}
+  for k, v in pairs(x) do out[k] = v end
+  out.id = id
+  return out
+end
 
 -- one(i, x) runs layer i on x (dropping x) and returns its output; layers[i]
 -- holds layer i's parameters.
@@ -131,12 +140,10 @@ function M.layers(S, layers, n, one, x, label)
   end
   -- layer i on `input` as the echoed layer did on its own
   local function replay(i, input)
-    local e, out = echo, {}
-    for k, v in pairs(e.output) do out[k] = v end
+    local e = echo
     local lo = G.first + (e.layer - 1) * G.stride -- the echoed layer's tensors
-    out.id = tape:echo_replay({ e.input.id, input.id }, lo, lo + G.stride,
-      (i - e.layer) * G.stride, e.output.id)
-    return out
+    return M.moved(e.output, tape:echo_replay({ e.input.id, input.id }, lo, lo + G.stride,
+      (i - e.layer) * G.stride, e.output.id))
   end
   local first = x
   x = run(1, x)

@@ -452,7 +452,8 @@ static int l_echo_end(lua_State *L) {
   return 1;
 }
 
-/* t:echo_replay({from, to, ...}, lo, hi, delta, query) -> query's new id */
+/* t:echo_replay({from, to, ...}, lo, hi, delta, query) -> query's new id;
+ * query a list of ids: their new ids, in order */
 static int l_echo_replay(lua_State *L) {
   self(L);
   int64_t flat[2 * VR_MAX_EDGES], from[VR_MAX_EDGES], to[VR_MAX_EDGES];
@@ -463,14 +464,19 @@ static int l_echo_replay(lua_State *L) {
     to[i] = flat[2 * i + 1];
   }
   int64_t lo = (int64_t)luaL_checkinteger(L, 3), hi = (int64_t)luaL_checkinteger(L, 4);
-  int64_t delta = (int64_t)luaL_checkinteger(L, 5), query = (int64_t)luaL_checkinteger(L, 6);
+  int64_t delta = (int64_t)luaL_checkinteger(L, 5), query[VR_MAX_EDGES], answer[VR_MAX_EDGES];
+  int nq = 1;
+  if (lua_istable(L, 6))
+    nq = read_ids(L, 6, query, VR_MAX_EDGES, "queried ids");
+  else
+    query[0] = (int64_t)luaL_checkinteger(L, 6);
   if (lo < 0 || hi < lo || (hi > lo && (delta > INT64_MAX - hi || delta < -lo)))
     return luaL_argerror(L, 5, "the shifted ids leave 0 .. 2^63");
-  int64_t answer = -1;
-  vr_status st = vr_tape_echo_replay(check(L), from, to, n / 2, lo, hi, delta, query, &answer);
+  vr_status st = vr_tape_echo_replay(check(L), from, to, n / 2, lo, hi, delta, query, nq, answer);
   if (st) return fail(L, "echo_replay", st);
-  lua_pushinteger(L, (lua_Integer)answer);
-  return 1;
+  luaL_checkstack(L, nq, "echo_replay");
+  for (int i = 0; i < nq; i++) lua_pushinteger(L, (lua_Integer)answer[i]);
+  return nq;
 }
 
 static int l_ckpt_begin(lua_State *L) {

@@ -675,8 +675,8 @@ static vr_status replay_events(vr_tape *t, const event *evs, size_t n, const ech
 }
 
 vr_status vr_tape_echo_replay(vr_tape *t, const int64_t *from, const int64_t *to, int npairs,
-                              int64_t lo, int64_t hi, int64_t delta, int64_t query,
-                              int64_t *answer) {
+                              int64_t lo, int64_t hi, int64_t delta, const int64_t *query,
+                              int nquery, int64_t *answer) {
   /* (an echo replays as often as asked, until the next echo_begin) */
   if (t->recording || t->capturing || t->echoing || !t->echo_ready) return VR_ECOMPOSE;
   int64_t span = t->echo_hi - t->echo_lo;
@@ -688,7 +688,7 @@ vr_status vr_tape_echo_replay(vr_tape *t, const int64_t *from, const int64_t *to
   for (int64_t i = 0; st == VR_OK && i < span; i++) map[i] = -1;
   echo_map m = {map, from, to, npairs, lo, hi, delta, t->echo_lo, t->echo_hi};
   if (st == VR_OK) st = replay_events(t, t->echo.v, t->echo.n, &m, map, tmp, etmp);
-  if (st == VR_OK) *answer = echo_id(&m, query);
+  for (int i = 0; st == VR_OK && i < nquery; i++) answer[i] = echo_id(&m, query[i]);
   vr_mem_free(&t->mem, map, nmap * sizeof *map);
   vr_mem_free(&t->mem, tmp, 2 * VR_MAX_EDGES * sizeof *tmp);
   vr_mem_free(&t->mem, etmp, VR_MAX_EDGES * sizeof *etmp);

@@ -131,12 +131,13 @@ vr_status vr_tape_capture_repeat(vr_tape *t, int64_t times); /* VR_EOVERFLOW: ov
  * echo_replay then does them again (as often as asked) with ids mapped: a tensor the echo
  * created becomes a new one, from[k] becomes to[k], an id in [lo, hi)
  * becomes id + delta (the next layer's parameters), any other id stays
- * (masks, rotary tables); *answer is query mapped (the layer's output). */
+ * (masks, rotary tables); answer[i] is query[i] mapped (the layer's output,
+ * its KV cache). */
 vr_status vr_tape_echo_begin(vr_tape *t);
 vr_status vr_tape_echo_end(vr_tape *t, bool *ok);
 vr_status vr_tape_echo_replay(vr_tape *t, const int64_t *from, const int64_t *to, int npairs,
-                              int64_t lo, int64_t hi, int64_t delta, int64_t query,
-                              int64_t *answer);
+                              int64_t lo, int64_t hi, int64_t delta, const int64_t *query,
+                              int nquery, int64_t *answer);
 
 /* Compiled estimates (trace.h): from now on the tape records its
  * accounting as a program; the probe's (batch, seq) is stored with it. */

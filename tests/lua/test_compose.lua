@@ -113,6 +113,17 @@ function tests.micro_batches_checkpointing_and_the_load()
   end
 end
 
+-- grad-free layers (models/decoder.lua grad_free_layers): layer n replays
+-- layer 2 with its KV cache in place of layer 2's, at prefill and decode
+function tests.inference_and_generation()
+  for _, f in ipairs({ { mode = "inference" }, { mode = "generate", generate_tokens = 1 },
+    { mode = "generate", generate_tokens = 5, attention = "eager" },
+    { mode = "generate", generate_tokens = 3, batch = 3, lora = { rank = 4 } } }) do
+    same("qwen2_5_1_5b_instruct", QWEN, f, f.mode .. " " .. tostring(f.generate_tokens))
+  end
+  same("qwen3_30b_a3b", QWEN, { mode = "generate", seq = 8, generate_tokens = 4 }, "moe generate")
+end
+
 function tests.lora_dora_and_modules_to_save()
   for k, lo in ipairs({ { rank = 4 }, { rank = 8, dora = true, dropout = 0.1 },
     { rank = 4, targets = "all-linear" }, { rank = 4, modules_to_save = { "lm_head", "q_proj" } } }) do

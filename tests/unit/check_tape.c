@@ -1003,8 +1003,8 @@ START_TEST(an_echoed_layer_should_equal_the_layer_walked) {
   OK(vr_tape_echo_end(t, &ok));
   ck_assert(ok);
   int64_t y2 = -1, y3 = -1;
-  OK(vr_tape_echo_replay(t, &in, &y, 1, W[1][0], W[1][0] + 1, 1, y, &y2));
-  OK(vr_tape_echo_replay(t, &in, &y2, 1, W[1][0], W[1][0] + 1, 2, y, &y3));
+  OK(vr_tape_echo_replay(t, &in, &y, 1, W[1][0], W[1][0] + 1, 1, &y, 1, &y2));
+  OK(vr_tape_echo_replay(t, &in, &y2, 1, W[1][0], W[1][0] + 1, 2, &y, 1, &y3));
   ck_assert_int_eq(vr_tape_bytes(t, y3), 100);
   OK(vr_tape_backward(t, y3));
   ck_assert_int_ge(vr_tape_grad(t, W[1][1]), 0); /* the replays' nodes reach W2 and W3 */
@@ -1015,7 +1015,7 @@ START_TEST(an_echoed_layer_should_equal_the_layer_walked) {
   OK(vr_tape_phase(t, "optimizer"));
   OK(vr_tape_echo_end(t, &ok));
   ck_assert(!ok);
-  ck_assert_int_eq(vr_tape_echo_replay(t, &in, &y, 1, 0, 0, 0, y, &y2), VR_ECOMPOSE);
+  ck_assert_int_eq(vr_tape_echo_replay(t, &in, &y, 1, 0, 0, 0, &y, 1, &y2), VR_ECOMPOSE);
   vr_tape_free(full);
 }
 END_TEST
