@@ -39,6 +39,8 @@ R.FAMILIES = {
     architectures = { "DeepseekForCausalLM" } },
   { module = "models.glm4_moe", model_types = { "glm4_moe" },
     architectures = { "Glm4MoeForCausalLM" } },
+  { module = "models.phimoe", model_types = { "phimoe" },
+    architectures = { "PhimoeForCausalLM", "PhiMoEForCausalLM" } },
   { module = "models.gpt_oss", model_types = { "gpt_oss" },
     architectures = { "GptOssForCausalLM" } },
   { module = "models.internlm2", model_types = { "internlm2" },
