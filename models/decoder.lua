@@ -31,7 +31,13 @@ D.COUNT_KEYS = { "num_local_experts", "num_experts", "n_routed_experts", "moe_in
   "audio_config", "tts_config",
   -- DeepSeek-V3.2's lightning indexer (its q/k projections, k norm and head
   -- weights in every layer): deepseek_v32 relabelled deepseek_v3
-  "index_n_heads", "index_head_dim", "index_topk" }
+  "index_n_heads", "index_head_dim", "index_topk",
+  -- Qwen3-Next's Gated DeltaNet layers (qwen3_next relabelled qwen2_moe)
+  -- and Gemma 3n's AltUp, Laurel and per-layer inputs (gemma3n_text
+  -- relabelled a Gemma): neither is modelled (models/registry.lua)
+  "linear_num_value_heads", "linear_num_key_heads", "linear_key_head_dim",
+  "linear_value_head_dim", "linear_conv_kernel_dim",
+  "altup_num_inputs", "laurel_rank", "hidden_size_per_layer_input" }
 
 -- Factorized embeddings (read below for every variant that lists them).
 D.FACTOR_KEYS = { "use_factorized_embeddings", "factorization_dim" }
