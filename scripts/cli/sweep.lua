@@ -9,6 +9,8 @@ local HELP = [[
 usage: vramlua sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME] [--html FILE]
                           [--rank LIST] [--image LIST] [--images LIST] [--layers LIST]
                           [--vision-layers LIST] [--accum LIST] [--ckpt LIST]
+                          [--tp LIST] [--pp LIST] [--dp LIST] [--cp LIST] [--ep LIST]
+                          [--zero LIST]
 
 Peak tensors allocated for every (batch, seq) of the lists, as CSV (a spec
 with a parallel: table: the largest rank's device total, each point
@@ -24,7 +26,9 @@ The other knobs add a column each and sweep their product too
 448x448,1024x768), --images (images per sample), --layers, --vision-layers,
 --accum (gradient accumulation), --ckpt (none, full, or every N-th layer).
 The LoRA rank and the image's pixels are sizes of one program; each value of
-the others is compiled on first use (tens of milliseconds).]]
+the others is compiled on first use (tens of milliseconds). A spec with a
+parallel: table also sweeps its degrees: --tp, --pp, --dp, --cp, --ep and
+--zero (0-3) replace the table's values (each point simulated once).]]
 
 local function list(s, flag)
   local out = {}
@@ -47,10 +51,12 @@ end
 
 local defaults, metavar = require("stdlib.formats").options({ help = false, batch = "",
   seq = "", gpu = "", html = "", rank = "", image = "", images = "", layers = "",
-  vision_layers = "", accum = "", ckpt = "" },
+  vision_layers = "", accum = "", ckpt = "", tp = "", pp = "", dp = "", cp = "", ep = "",
+  zero = "" },
   { gpu = "a NAME", batch = "a LIST", seq = "a LIST", html = "a FILE", rank = "a LIST",
     image = "a LIST of WIDTHxHEIGHT", images = "a LIST", layers = "a LIST",
-    vision_layers = "a LIST", accum = "a LIST", ckpt = "a LIST (none, full, N)" })
+    vision_layers = "a LIST", accum = "a LIST", ckpt = "a LIST (none, full, N)", tp = "a LIST",
+    pp = "a LIST", dp = "a LIST", cp = "a LIST", ep = "a LIST", zero = "a LIST (0-3)" })
 local a = require("stdlib.args").parse({ ... }, defaults,
   { positional = 1, noun = "SPEC", metavar = metavar })
 if a.help then print(HELP .. "\n\n" .. require("stdlib.formats").HELP) return end
@@ -97,7 +103,8 @@ local function image(v)
 end
 for _, o in ipairs({ { "rank", "lora_rank" }, { "image", "image" }, { "images", "images" },
   { "layers", "layers" }, { "vision_layers", "vision_layers" }, { "accum", "grad_accum" },
-  { "ckpt", "ckpt" } }) do
+  { "ckpt", "ckpt" }, { "tp", "tp" }, { "pp", "pp" }, { "dp", "dp" }, { "cp", "cp" },
+  { "ep", "ep" }, { "zero", "zero" } }) do
   local v = a[o[1]]
   if v then
     local flag = "--" .. o[1]:gsub("_", "-")
@@ -111,6 +118,12 @@ for _, o in ipairs({ { "rank", "lora_rank" }, { "image", "image" }, { "images", 
           errors.usage("--ckpt needs none, full or a layer interval, got '" .. item .. "'")
         end
         values[#values + 1] = n or item
+      end
+    elseif o[1] == "zero" then
+      for item in v:gmatch("[^,]+") do
+        local n = math.tointeger(tonumber(item))
+        if not n or n < 0 or n > 3 then errors.usage("--zero needs 0, 1, 2 or 3, got '" .. item .. "'") end
+        values[#values + 1] = n
       end
     else
       values = list(v, flag)

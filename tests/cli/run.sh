@@ -253,6 +253,13 @@ t "sweep of a parallel spec is its largest rank, as estimate" 0 "agree" \
   'e=$("$V" estimate "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml" --json | grep -o "\"device_total_bytes\":[^0-9]*[0-9]*" | head -1 | grep -o "[0-9]*$");
    w=$("$V" sweep "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml" --seq 2048,4096 | grep "^1,4096," | cut -d, -f3);
    [ -n "$e" ] && [ "$e" = "$w" ] && echo agree || echo "differ: $e vs $w"'
+sed 's/^  tp: 2$/  tp: 4/; s/^  zero: 1$/  zero: 3/' "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml" >"$D/tp4.yaml"
+t "sweep --tp --zero of a parallel spec agrees with estimate" 0 "agree" \
+  'e=$("$V" estimate "$D/tp4.yaml" --json | grep -o "\"device_total_bytes\":[^0-9]*[0-9]*" | head -1 | grep -o "[0-9]*$");
+   w=$("$V" sweep "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml" --tp 2,4 --zero 1,3 | grep "^1,4096,4,3," | cut -d, -f5);
+   [ -n "$e" ] && [ "$e" = "$w" ] && echo agree || echo "differ: $e vs $w"'
+t "sweep --tp of a one-GPU spec"         1 "tp: is a parallel knob: the spec has no parallel: table" \
+  '"$V" sweep "$EX/qwen2_5_1_5b_full.yaml" --tp 2'
 t "fit needs a mode"                      2 "fit needs --vary KNOB, --knobs or --gpus N" \
   '"$V" fit "$EX/qwen2_5_7b_tp2_pp2_dp2.yaml" --gpu h100-80gb'
 t "a misspelt parallel key is named"      1 "parallel.zer: unknown field; did you mean 'zero'?" \
