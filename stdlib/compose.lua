@@ -123,13 +123,18 @@ end
 -- the same Lua code does on an input alike to layer 1's. Layer 2 echoes
 -- layer 1 when its input is alike; otherwise (layer 1 reads the embedding's
 -- view, which may not require grad) layer 2 runs and is echoed for layer
--- n. A checkpointed layer spoils an echo (tape:echo_end false): then every
--- simulated layer runs.
+-- n. A checkpointed layer echoes whole (the replay records its segment
+-- again, ids mapped, for backward to recompute), and so do units of `per`
+-- layers (checkpointing every n-th layer or in segments, models/decoder.lua:
+-- the unit's parameters per copies of the group's). Anything else that
+-- spoils an echo (tape:echo_end false) leaves every simulated layer run.
 function M.layers(S, layers, n, one, x, label)
   local tape = S.tape
   local mt = getmetatable(layers)
   local G = mt and mt.group
-  local echo = G and not mt.per and G.count == n and not S.autocast
+  local per = mt and mt.per or 1
+  local echo = G and G.count >= n * per and (per > 1 or G.count == n) and not S.autocast
+  local span = G and per * G.stride -- a unit's parameter ids
   local function run(i, input)
     if echo then tape:echo() end
     local out = one(i, input)
@@ -141,9 +146,9 @@ function M.layers(S, layers, n, one, x, label)
   -- layer i on `input` as the echoed layer did on its own
   local function replay(i, input)
     local e = echo
-    local lo = G.first + (e.layer - 1) * G.stride -- the echoed layer's tensors
-    return M.moved(e.output, tape:echo_replay({ e.input.id, input.id }, lo, lo + G.stride,
-      (i - e.layer) * G.stride, e.output.id))
+    local lo = G.first + (e.layer - 1) * span -- the echoed unit's parameters
+    return M.moved(e.output, tape:echo_replay({ e.input.id, input.id }, lo, lo + span,
+      (i - e.layer) * span, e.output.id))
   end
   local first = x
   x = run(1, x)

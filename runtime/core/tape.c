@@ -33,7 +33,9 @@ typedef struct {
   int8_t bulk; /* a bulk's activations: its node owns them, no script drops them */
 } tensor;
 
-enum { EV_ALLOC, EV_DROP, EV_RETAIN, EV_TEMP, EV_NODE, EV_ITEM };
+/* EV_CKPT_BEGIN and EV_CKPT_END (then its input and output items) only in
+ * an echo: a checkpointed segment inside the echoed layer */
+enum { EV_ALLOC, EV_DROP, EV_RETAIN, EV_TEMP, EV_NODE, EV_ITEM, EV_CKPT_BEGIN, EV_CKPT_END };
 
 typedef struct {
   int64_t a, b;
@@ -419,7 +421,7 @@ vr_status vr_tape_alloc(vr_tape *t, int64_t bytes, int cat, int label, bool para
                         int64_t *id) {
   if (!cap_room(t) || !echo_room(t, 1)) return VR_ENOMEM;
   vr_status st = new_tensor(t, bytes, cat, label, param, id);
-  if (st == VR_OK && !t->recording) echoed(t, (event){bytes, *id, EV_ALLOC, label, cat, param});
+  if (st == VR_OK) echoed(t, (event){bytes, *id, EV_ALLOC, label, cat, param});
   if (st == VR_OK && t->recording)
     st = record(t, (event){bytes, *id, EV_ALLOC, label, cat, param});
   if (st == VR_OK && t->capturing)
@@ -438,13 +440,12 @@ vr_status vr_tape_drop(vr_tape *t, int64_t id) {
   spoil(t);
   if (!valid(t, id) || t->tensors.v[id].bulk) return VR_EBADID;
   if (t->tensors.v[id].py <= 0) return VR_EREFS;
+  if (!echo_room(t, 1)) return VR_ENOMEM;
   if (t->recording) {
     vr_status st = record(t, (event){id, 0, EV_DROP, -1, 0, 0});
     if (st) return st;
-  } else {
-    if (!echo_room(t, 1)) return VR_ENOMEM;
-    echoed(t, (event){id, 0, EV_DROP, -1, 0, 0});
   }
+  echoed(t, (event){id, 0, EV_DROP, -1, 0, 0});
   return py_release(t, id);
 }
 
@@ -458,13 +459,12 @@ vr_status vr_tape_replay_drop(vr_tape *t, int64_t id) {
 vr_status vr_tape_retain(vr_tape *t, int64_t id) {
   spoil(t);
   if (!valid(t, id) || t->tensors.v[id].bulk) return VR_EBADID;
+  if (!echo_room(t, 1)) return VR_ENOMEM;
   if (t->recording) {
     vr_status st = record(t, (event){id, 0, EV_RETAIN, -1, 0, 0});
     if (st) return st;
-  } else {
-    if (!echo_room(t, 1)) return VR_ENOMEM;
-    echoed(t, (event){id, 0, EV_RETAIN, -1, 0, 0});
   }
+  echoed(t, (event){id, 0, EV_RETAIN, -1, 0, 0});
   t->tensors.v[id].refs++;
   t->tensors.v[id].py++;
   return VR_OK;
@@ -477,7 +477,7 @@ vr_status vr_tape_temp(vr_tape *t, int64_t bytes, int cat, int label) {
   vr_status st = account(t, bytes, cat, label);
   if (st) return st;
   st = account(t, -bytes, cat, label);
-  if (st == VR_OK && !t->recording) echoed(t, (event){bytes, 0, EV_TEMP, label, cat, 0});
+  if (st == VR_OK) echoed(t, (event){bytes, 0, EV_TEMP, label, cat, 0});
   if (st == VR_OK && t->recording) st = record(t, (event){bytes, 0, EV_TEMP, label, cat, 0});
   if (st == VR_OK && t->capturing)
     t->cap.v[t->cap.n++] = (cap_op){bytes, label, (int8_t)cat, 1, 0};
@@ -575,6 +575,17 @@ static vr_status push_node(vr_tape *t, const int64_t *saved, int nsaved, const v
   return VR_OK;
 }
 
+/* An echoed event and its items (room reserved): a node's saved, edge and
+ * output ids, a checkpoint's inputs (as saved) and outputs. */
+static void echo_items(vr_tape *t, event e, const int64_t *saved, int nsaved, const vr_edge *in,
+                       int nin, const int64_t *out, int nout) {
+  echoed(t, e);
+  for (int i = 0; i < nsaved; i++) echoed(t, (event){saved[i], 0, EV_ITEM, 0, 0, 0});
+  for (int i = 0; i < nin; i++)
+    echoed(t, (event){in[i].tensor, in[i].bytes, EV_ITEM, 0, 0, in[i].alias});
+  for (int i = 0; i < nout; i++) echoed(t, (event){out[i], 0, EV_ITEM, 0, 0, 0});
+}
+
 /* A node while an echo is open: pushed as usual and echoed in the
  * recording's format (EV_NODE, then its saved, edge and output items). */
 static vr_status echo_node(vr_tape *t, const int64_t *saved, int nsaved, const vr_edge *in,
@@ -582,11 +593,8 @@ static vr_status echo_node(vr_tape *t, const int64_t *saved, int nsaved, const v
   if (!echo_room(t, 1 + (size_t)nsaved + (size_t)nin + (size_t)nout)) return VR_ENOMEM;
   vr_status st = push_node(t, saved, nsaved, in, nin, out, nout, temp, label, true);
   if (st) return st;
-  echoed(t, (event){temp, 0, EV_NODE, label, nsaved, nin * 65536 + nout});
-  for (int i = 0; i < nsaved; i++) echoed(t, (event){saved[i], 0, EV_ITEM, 0, 0, 0});
-  for (int i = 0; i < nin; i++)
-    echoed(t, (event){in[i].tensor, in[i].bytes, EV_ITEM, 0, 0, in[i].alias});
-  for (int i = 0; i < nout; i++) echoed(t, (event){out[i], 0, EV_ITEM, 0, 0, 0});
+  echo_items(t, (event){temp, 0, EV_NODE, label, nsaved, nin * 65536 + nout}, saved, nsaved, in,
+             nin, out, nout);
   return VR_OK;
 }
 
@@ -603,7 +611,8 @@ vr_status vr_tape_echo_end(vr_tape *t, bool *ok) {
   if (!t->echoing) return VR_ENOTRECORD;
   t->echoing = false;
   t->echo_hi = (int64_t)t->tensors.n;
-  t->echo_ready = *ok = !t->echo_bad;
+  /* a checkpointed segment still open is no echo to replay */
+  t->echo_ready = *ok = !t->echo_bad && !t->recording;
   if (!*ok) t->echo.n = 0;
   return VR_OK;
 }
@@ -624,6 +633,59 @@ static int64_t echo_id(const echo_map *m, int64_t x) {
   return (x >= m->lo && x < m->hi) ? x + m->delta : x;
 }
 
+/* The items of the node event evs[e], mapped: its saved ids then its
+ * outputs into tmp, its edges into etmp. Returns the index of its last. */
+static size_t node_items(const event *evs, size_t e, const echo_map *m, int64_t *tmp,
+                         vr_edge *etmp) {
+  int nsaved = evs[e].cat, nin = evs[e].aux / 65536, nout = evs[e].aux % 65536;
+  size_t k = e + 1;
+  for (int i = 0; i < nsaved; i++) tmp[i] = echo_id(m, evs[k++].a);
+  for (int i = 0; i < nin; i++, k++)
+    etmp[i] = (vr_edge){echo_id(m, evs[k].a), evs[k].b, evs[k].aux};
+  for (int i = 0; i < nout; i++) tmp[nsaved + i] = echo_id(m, evs[k++].a);
+  return k - 1;
+}
+
+/* Event *e of an echo inside its checkpointed segment (and the segment's
+ * ends), done again through the calls that made it, so that the replayed
+ * segment is recorded as the echoed one was, with ids mapped; *e moves to
+ * the event's last item. */
+static vr_status replay_recorded(vr_tape *t, const event *evs, size_t *e, const echo_map *m,
+                                 int64_t *map, int64_t *tmp, vr_edge *etmp) {
+  event ev = evs[*e];
+  size_t k = *e + 1;
+  vr_status st = VR_OK;
+  switch (ev.kind) {
+    case EV_CKPT_BEGIN:
+      return vr_tape_ckpt_begin(t);
+    case EV_CKPT_END: {
+      int nin = ev.cat, nout = ev.aux;
+      for (int i = 0; i < nin + nout; i++) tmp[i] = echo_id(m, evs[k++].a);
+      *e = k - 1;
+      return vr_tape_ckpt_end(t, tmp, nin, tmp + nin, nout, ev.label);
+    }
+    case EV_ALLOC: {
+      int64_t id = 0;
+      st = vr_tape_alloc(t, ev.a, ev.cat, ev.label, ev.aux, &id);
+      if (st == VR_OK) map[ev.b - m->echo_lo] = id;
+      return st;
+    }
+    case EV_DROP:
+      return vr_tape_drop(t, echo_id(m, ev.a));
+    case EV_RETAIN:
+      return vr_tape_retain(t, echo_id(m, ev.a));
+    case EV_TEMP:
+      return vr_tape_temp(t, ev.a, ev.cat, ev.label);
+    case EV_NODE: {
+      int nsaved = ev.cat, nin = ev.aux / 65536, nout = ev.aux % 65536;
+      *e = node_items(evs, *e, m, tmp, etmp);
+      return vr_tape_node(t, tmp, nsaved, etmp, nin, tmp + nsaved, nout, ev.a, ev.label);
+    }
+    default:
+      return VR_OK;
+  }
+}
+
 /* Replays n recorded events (a checkpoint's recording, an echo) with ids
  * mapped by m; map receives the new ids of the tensors they created. tmp
  * and etmp: room for a node's ids and edges (VR_MAX_EDGES each). */
@@ -633,6 +695,10 @@ static vr_status replay_events(vr_tape *t, const event *evs, size_t n, const ech
   for (size_t e = 0; st == VR_OK && e < n; e++) {
     event ev = evs[e];
     int64_t x = ev.kind == EV_DROP || ev.kind == EV_RETAIN ? echo_id(m, ev.a) : -1;
+    if (t->recording || ev.kind == EV_CKPT_BEGIN || ev.kind == EV_CKPT_END) {
+      st = replay_recorded(t, evs, &e, m, map, tmp, etmp);
+      continue;
+    }
     switch (ev.kind) {
       case EV_ALLOC: {
         int64_t id = 0;
@@ -658,13 +724,8 @@ static vr_status replay_events(vr_tape *t, const event *evs, size_t n, const ech
         break;
       case EV_NODE: {
         int nsaved = ev.cat, nin = ev.aux / 65536, nout = ev.aux % 65536;
-        size_t k = e + 1;
-        for (int i = 0; i < nsaved; i++) tmp[i] = echo_id(m, evs[k++].a);
-        for (int i = 0; i < nin; i++, k++)
-          etmp[i] = (vr_edge){echo_id(m, evs[k].a), evs[k].b, evs[k].aux};
-        for (int i = 0; i < nout; i++) tmp[nsaved + i] = echo_id(m, evs[k++].a);
+        e = node_items(evs, e, m, tmp, etmp);
         st = push_node(t, tmp, nsaved, etmp, nin, tmp + nsaved, nout, ev.a, ev.label, true);
-        e = k - 1;
         break;
       }
       default:
@@ -704,6 +765,9 @@ vr_status vr_tape_node(vr_tape *t, const int64_t *saved, int nsaved, const vr_ed
     return push_node(t, saved, nsaved, in, nin, out, nout, temp, label, true);
   vr_status chk = check_node(t, saved, nsaved, in, nin, out, nout);
   if (chk) return chk;
+  if (!echo_room(t, 1 + (size_t)nsaved + (size_t)nin + (size_t)nout)) return VR_ENOMEM;
+  echo_items(t, (event){temp, 0, EV_NODE, label, nsaved, nin * 65536 + nout}, saved, nsaved, in,
+             nin, out, nout);
   /* Inside a checkpointed segment nothing is saved now: the node is only
    * recorded, and recreated when backward recomputes the segment. */
   vr_status st = record(t, (event){temp, 0, EV_NODE, label, nsaved, nin * 65536 + nout});
@@ -775,8 +839,10 @@ vr_status vr_tape_bulk_end(vr_tape *t, int index) {
 }
 
 vr_status vr_tape_ckpt_begin(vr_tape *t) {
-  spoil_all(t);
+  spoil(t);
   if (t->recording) return VR_ENESTED;
+  if (!echo_room(t, 1)) return VR_ENOMEM;
+  echoed(t, (event){0, 0, EV_CKPT_BEGIN, -1, 0, 0});
   t->recording = true;
   t->rec_ev_lo = t->events.n;
   t->rec_id_lo = (int64_t)t->tensors.n;
@@ -785,11 +851,14 @@ vr_status vr_tape_ckpt_begin(vr_tape *t) {
 
 vr_status vr_tape_ckpt_end(vr_tape *t, const int64_t *inputs, int nin, const int64_t *out,
                            int nout, int label) {
-  spoil_all(t);
+  spoil(t);
   if (!t->recording) return VR_ENOTRECORD;
+  if (!echo_room(t, 1 + (size_t)(nin > 0 ? nin : 0) + (size_t)(nout > 0 ? nout : 0)))
+    return VR_ENOMEM;
   t->recording = false;
   vr_status st = push_node(t, inputs, nin, NULL, 0, out, nout, 0, label, true);
   if (st) return st;
+  echo_items(t, (event){0, 0, EV_CKPT_END, label, nin, nout}, inputs, nin, NULL, 0, out, nout);
   node *nd = &t->nodes.v[t->nodes.n - 1];
   nd->ckpt = 1;
   nd->ev_lo = t->rec_ev_lo;

@@ -127,7 +127,10 @@ vr_status vr_tape_capture_repeat(vr_tape *t, int64_t times); /* VR_EOVERFLOW: ov
 /* A layer's forward simulated once and echoed for another identical layer
  * (stdlib/compose.lua). Between echo_begin and echo_end the tape keeps its
  * allocs, drops, retains, temps and nodes (in the checkpoint recording's
- * form) while doing them; any other call spoils the echo (ok false).
+ * form) while doing them, and checkpointed segments whole (ckpt_begin ..
+ * ckpt_end: the replay records its own segment, ids mapped, for backward
+ * to recompute); any other call, or a segment still open at echo_end,
+ * spoils the echo (ok false).
  * echo_replay then does them again (as often as asked) with ids mapped: a tensor the echo
  * created becomes a new one, from[k] becomes to[k], an id in [lo, hi)
  * becomes id + delta (the next layer's parameters), any other id stays

@@ -212,6 +212,72 @@ function tests.checkpoint_periods_compose_as_units()
   if not ok then error(err, 0) end
 end
 
+-- Checkpointed layers (and units of layers) are echoed like plain ones: the
+-- echo spans ckpt_begin .. ckpt_end and its replay records the segment
+-- again with ids mapped. The answer (and with full checkpointing, which
+-- composes when drawn, the timeline) of every layer walked (compose =
+-- false) and of every layer built (group_layers = false); a segment walked
+-- for units 1 and 2 at most, not n, and for the layers left over (autocast:
+-- its weight casts live outside the tape, so 1, 2 and n are walked).
+function tests.checkpointed_layers_are_replayed()
+  local Sim = require("stdlib.sim")
+  local begins, begin = 0, Sim.checkpoint_begin
+  Sim.checkpoint_begin = function(...)
+    begins = begins + 1
+    return begin(...)
+  end
+  local function counted(run)
+    begins = 0
+    local st = answer(step.run(run))
+    return st, begins
+  end
+  local echoed = 0
+  local ok, err = pcall(function()
+    for _, m in ipairs({ { "qwen2_5_1_5b_instruct", 12 }, { "qwen2_5_1_5b_instruct", 36 },
+      { "qwen3_30b_a3b", 9 } }) do
+      local preset, n = m[1], m[2]
+      for _, c in ipairs({ { "full" }, { 2 }, { "full", 2 }, { "full", 3 }, { 2, 3 },
+        { "full", 8 } }) do
+        for k, extra in ipairs({ {}, { lora = { rank = 4 } }, { precision = { params = "bf16",
+          weights = "nf4" }, lora = { rank = 4 } }, { precision = { params = "fp32",
+          compute = "bf16" } }, { grad_accum = 2 }, { timeline = true } }) do
+          local f = { grad_checkpointing = c[1], checkpoint_segment = c[2], seq = 8 }
+          for key, v in pairs(extra) do f[key] = key ~= "timeline" and v or nil end
+          local what = ("%s, %d layers, checkpointing %s, segment %s, variant %d"):format(preset,
+            n, tostring(c[1]), tostring(c[2]), k)
+          local run = run_of(preset, { num_hidden_layers = n }, f)
+          run.timeline = extra.timeline
+          run.compose = false
+          local walked, w = counted(run)
+          run.compose, run.group_layers = nil, false
+          local built = counted(run) -- composed, no echo: the same timeline
+          run.group_layers = nil
+          local fast, b = counted(run)
+          T.eq(fast, built, what .. ": every layer built")
+          -- (a composed timeline keeps fewer events than the walk)
+          fast.timeline, walked.timeline = nil, nil
+          T.eq(fast, walked, what)
+          -- one segment per unit (a period, or a layer under full
+          -- checkpointing), the units composed when 4 or more
+          local every = c[1] == "full" and 1 or c[1]
+          local period = every * (((c[2] or 1) + every - 1) // every)
+          local units = n // period
+          local drawn_units = run.timeline and period > 1
+          if units >= 4 and not drawn_units and not extra.precision then
+            T.ok(b <= w - units + 2, ("%s: %d segments walked of %d"):format(what, b, w))
+            echoed = echoed + 1
+          elseif units >= 4 and not drawn_units then
+            T.ok(b <= w - units + 3, what .. ": autocast walks units 1, 2 and n")
+          end
+        end
+      end
+    end
+  end)
+  Sim.checkpoint_begin = begin
+  if not ok then error(err, 0) end
+  T.ok(echoed >= 40, "checkpointed runs echoed: " .. echoed)
+end
+
 -- A capture spoiled by anything but allocs and temps is not repeated: the
 -- layers are then built one by one.
 function tests.a_spoiled_capture_is_not_repeated()
@@ -266,6 +332,47 @@ function tests.an_echo_replays_a_layer_with_its_ids_mapped()
   tape:phase("backward")
   T.eq(tape:echo_end(), false, "a phase spoils it")
   T.raises(function() tape:echo_replay({}, 0, 0, 0, 0) end, "composed layers", "spoiled")
+end
+
+-- An echo of a checkpointed layer replays its segment as a segment: the
+-- same live bytes, peaks and gradients as the layer built twice; an echo
+-- ended with its segment open is not replayed.
+function tests.an_echo_spans_a_checkpointed_segment()
+  local function layer(tape, x, w, mask)
+    tape:ckpt_begin()
+    local h = tape:alloc(100, "activations", "h")
+    tape:node({ x, w, mask }, { x, 100, w, 64 }, { h }, 32, "mm")
+    local y = tape:alloc(100, "activations", "y")
+    tape:node({ h }, { h, 100 }, { y }, 0, "act")
+    tape:drop(h)
+    tape:ckpt_end({ x, w, mask }, { y }, "checkpoint")
+    tape:drop(x)
+    return y
+  end
+  local function two(echo)
+    local tape = vram.tape()
+    local w1 = tape:param(64, "weights", "w")
+    local w2 = tape:param(64, "weights", "w")
+    local mask = tape:alloc(8, "activations", "mask")
+    local x = tape:alloc(100, "activations", "x")
+    if echo then tape:echo() end
+    local y = layer(tape, x, w1, mask)
+    if echo then T.eq(tape:echo_end(), true, "a whole segment echoes") end
+    local z = echo and tape:echo_replay({ x, y }, w1, w1 + 1, w2 - w1, y)
+      or layer(tape, y, w2, mask)
+    local live = tape:live()
+    tape:backward(z)
+    return { live = live, peak = tape:stats().peak, g1 = tape:grad(w1) ~= nil,
+      g2 = tape:grad(w2) ~= nil }
+  end
+  local built = two(false)
+  T.eq(built.g1 and built.g2, true, "both weights get gradients")
+  T.eq(two(true), built, "replayed as built")
+  local tape = vram.tape()
+  tape:echo()
+  tape:ckpt_begin()
+  tape:alloc(8, "activations")
+  T.eq(tape:echo_end(), false, "an open segment spoils it")
 end
 
 -- tape:node_of and tape:drop_of read the tensors themselves (Sim:node,
