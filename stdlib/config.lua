@@ -58,8 +58,8 @@ end
 
 -- A copy of a decoded JSON/YAML value with null (vram.json.null) removed,
 -- so absent and null read the same.
+local null = require("vram").json.null
 function M.strip_nulls(v)
-  local null = require("vram").json.null
   if type(v) ~= "table" then
     if v == null then return nil end
     return v

@@ -45,11 +45,11 @@ function M.keys(tbl, allowed, where, prefix)
     M.input(where, prefix:gsub("%.$", ""), "must be a mapping, got " ..
       (type(tbl) == "table" and "a list" or type(tbl) .. " " .. tostring(tbl)))
   end
-  local known = {}
-  for k in pairs(allowed) do known[#known + 1] = k end
-  table.sort(known)
   for k in pairs(tbl) do
     if not allowed[k] then
+      local known = {} -- sorted only for the message
+      for a in pairs(allowed) do known[#known + 1] = a end
+      table.sort(known)
       local hint = type(k) == "string" and M.suggest(k, known)
       M.input(where, prefix .. tostring(k), "unknown field" ..
         (hint and ("; did you mean '" .. hint .. "'?") or
