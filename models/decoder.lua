@@ -31,7 +31,13 @@ D.COUNT_KEYS = { "num_local_experts", "num_experts", "n_routed_experts", "moe_in
   "audio_config", "tts_config",
   -- DeepSeek-V3.2's lightning indexer (its q/k projections, k norm and head
   -- weights in every layer): deepseek_v32 relabelled deepseek_v3
-  "index_n_heads", "index_head_dim", "index_topk" }
+  "index_n_heads", "index_head_dim", "index_topk",
+  -- Qwen3-Next's Gated DeltaNet layers (qwen3_next relabelled qwen2_moe)
+  -- and Gemma 3n's AltUp, Laurel and per-layer inputs (gemma3n_text
+  -- relabelled a Gemma): neither is modelled (models/registry.lua)
+  "linear_num_value_heads", "linear_num_key_heads", "linear_key_head_dim",
+  "linear_value_head_dim", "linear_conv_kernel_dim",
+  "altup_num_inputs", "laurel_rank", "hidden_size_per_layer_input" }
 
 -- Factorized embeddings (read below for every variant that lists them).
 D.FACTOR_KEYS = { "use_factorized_embeddings", "factorization_dim" }
@@ -190,7 +196,8 @@ function D.params(m, prefix)
   attn = add(attn, sinks)
   local function swiglu(I) return add(mul(2, lp(H, I, m.mlp_bias)), lp(I, H, m.mlp_bias)) end
   local dense = swiglu(m.intermediate)
-  local norms = mul(m.norms == "sandwich" and 4 or 2, np(H, "rms"))
+  local nk = m.norm_kind == "layer" and "layer" or "rms" -- nn.LayerNorm: weight and bias
+  local norms = mul(m.norms == "sandwich" and 4 or 2, np(H, nk))
   local n_moe, experts, router, shared, bias = 0, 0, 0, 0, 0
   local o = m.moe
   if o then
@@ -209,7 +216,7 @@ function D.params(m, prefix)
   if m.factor then
     embed = add(vram.embedding_params(m.vocab, m.factor), lp(m.factor, H, false))
   end
-  local head = m.tie and 0 or lp(H, m.vocab, false)
+  local head = m.tie and 0 or lp(H, m.vocab, m.head_bias)
   local parts = {
     { name = "embed_tokens", params = embed },
     { name = "layers.attention", params = mul(attn, m.layers),
@@ -232,7 +239,7 @@ function D.params(m, prefix)
     end
   end
   parts[#parts + 1] = { name = "layers.norms", params = mul(norms, m.layers) }
-  parts[#parts + 1] = { name = "norm", params = np(H, "rms") }
+  parts[#parts + 1] = { name = "norm", params = np(H, nk) }
   parts[#parts + 1] = { name = "lm_head", params = head,
     note = m.tie and "tied to embed_tokens" or nil }
   local per_layer = add(attn, norms, o and experts or dense, router, shared)
@@ -305,7 +312,11 @@ function D.build(S, m, opts)
     return layers.new_linear(S, { label = name, inn = inn, out = out, bias = bias, dt = dt,
       trainable = tr(name), lora = lo(name), quant = D.quant_for(quant, name) })
   end
-  local function norm(name, n) return S:param(n, dt, tr(name), name) end
+  local function norm(name, n)
+    local w = S:param(n, dt, tr(name), name)
+    if m.norm_kind == "layer" then w.bias = S:param(n, dt, tr(name), name .. ".bias") end
+    return w
+  end
   local qdim, kvdim = m.heads * hd, m.kv_heads * hd
   local moe_opts = { dt = dt, trainable = tr, lora = lo, quant = quant, quant_for = D.quant_for }
   local function build_layer(i)
@@ -385,7 +396,7 @@ function D.build(S, m, opts)
       P.head = { w = P.embed, out = m.vocab, inn = H, label = "lm_head",
         lora = hlo and layers.new_lora(S, H, m.vocab, hlo.r, "lm_head", hlo) or nil }
     else
-      P.head = lin("lm_head", H, m.vocab, false)
+      P.head = lin("lm_head", H, m.vocab, m.head_bias)
     end
   end
   -- RotaryEmbedding.inv_freq is a buffer cast with the model
@@ -396,8 +407,16 @@ end
 -- The norm a variant uses: Llama's (cast back, times the weight), or the
 -- fp32 weight product of Gemma ((1 + w) * x in fp32) and OLMo 2.
 local function rms(S, m, x, w, rows, label)
+  if m.norm_kind == "layer" then return layers.layernorm(S, x, w, w.bias, rows, label) end
   if m.norm_kind == "rms" then return layers.rmsnorm(S, x, w, rows, label) end
   return layers.rmsnorm_fp32_weight(S, x, w, rows, label)
+end
+
+-- The model's final norm: RMSNorm, or nn.LayerNorm where the layers' are
+-- (Phi-MoE).
+local function final_norm(S, m, h, w, rows)
+  if m.norm_kind == "layer" then return layers.layernorm(S, h, w, w.bias, rows, "norm") end
+  return layers.rmsnorm(S, h, w, rows, "norm")
 end
 
 -- q/k/v of a multi-head latent attention layer (DeepSeek): the latent
@@ -800,14 +819,14 @@ function D.forward(S, P, emb, run)
   local seg = run.ckpt_segment or 1
   if m.uniform and not ctx.router_logits and compose.enabled(S, m.layers, run) then
     h = D.composed_layers(S, P, h, ctx, run)
-    local normed = P.norm and layers.rmsnorm(S, h, P.norm, rows, "norm") or S:view(h)
+    local normed = P.norm and final_norm(S, m, h, P.norm, rows) or S:view(h)
     S:drop(h, cache_pos, mask, cos, sin)
     return normed
   end
   if not S.grad and S.composable and m.uniform and not m.sliding_layers
     and not ctx.router_logits and m.layers >= 4 then
     h = D.grad_free_layers(S, P, h, ctx)
-    local normed = P.norm and layers.rmsnorm(S, h, P.norm, rows, "norm") or S:view(h)
+    local normed = P.norm and final_norm(S, m, h, P.norm, rows) or S:view(h)
     S:drop(h, cache_pos, mask, cos, sin)
     return normed
   end
@@ -863,7 +882,7 @@ function D.forward(S, P, emb, run)
     i = units * period + 1
   end
   while i <= m.layers do i, h = walk(i, h) end
-  local normed = P.norm and layers.rmsnorm(S, h, P.norm, rows, "norm") or S:view(h)
+  local normed = P.norm and final_norm(S, m, h, P.norm, rows) or S:view(h)
   S:drop(h, cache_pos, mask, cos, sin)
   return normed
 end

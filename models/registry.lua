@@ -39,6 +39,8 @@ R.FAMILIES = {
     architectures = { "DeepseekForCausalLM" } },
   { module = "models.glm4_moe", model_types = { "glm4_moe" },
     architectures = { "Glm4MoeForCausalLM" } },
+  { module = "models.phimoe", model_types = { "phimoe" },
+    architectures = { "PhimoeForCausalLM", "PhiMoEForCausalLM" } },
   { module = "models.gpt_oss", model_types = { "gpt_oss" },
     architectures = { "GptOssForCausalLM" } },
   { module = "models.internlm2", model_types = { "internlm2" },
@@ -71,6 +73,24 @@ R.FAMILIES = {
   { module = "models.mistral3", model_types = { "mistral3" },
     architectures = { "Mistral3ForConditionalGeneration" } },
   { module = "models.yxanul", model_types = { "yxanul" }, architectures = { "YxanulForCausalLM" } },
+}
+
+-- Hugging Face model_types known and not modelled, each with what is
+-- missing: `find` says so instead of a did-you-mean toward a family that
+-- would miscount them.
+R.UNMODELLED = {
+  qwen3_next = "Qwen3-Next's Gated DeltaNet linear-attention layers (layer_types "
+    .. "'linear_attention': in_proj_qkvz, in_proj_ba, a causal conv1d, dt_bias, A_log, a gated "
+    .. "RMSNorm, out_proj, and their recurrent state in place of a KV cache) and its gated full "
+    .. "attention (q_proj twice as wide, for an output gate) are not modelled",
+  gemma3n = "Gemma 3n's MatFormer decoder (AltUp over altup_num_inputs streams, Laurel "
+    .. "blocks, per-layer input embeddings of hidden_size_per_layer_input, KV sharing across "
+    .. "layers) and its MobileNet-v5 vision and USM audio towers are not modelled",
+  gemma3n_text = "Gemma 3n's MatFormer decoder (AltUp over altup_num_inputs streams, Laurel "
+    .. "blocks, per-layer input embeddings of hidden_size_per_layer_input, KV sharing across "
+    .. "layers) is not modelled",
+  minicpm = "MiniCPM's (remote code) scaled embeddings and residuals (scale_emb, "
+    .. "scale_depth, dim_model_base) and MiniCPM-MoE's experts (num_experts) are not modelled",
 }
 
 -- The measured-case dialect's `family` field (tests/truth: decoder, vit,
@@ -200,6 +220,10 @@ function R.find(cfg, where)
         end
       end
     end
+  end
+  if type(mt) == "string" and R.UNMODELLED[mt] then
+    errors.input(where or "config", "model_type", ("'%s' is known but not modelled: %s")
+      :format(mt, R.UNMODELLED[mt]))
   end
   local what
   if type(mt) == "string" then

@@ -282,10 +282,12 @@ function Est:own()
   return out
 end
 
--- The MoE implementation the family runs (models/causal_lm.lua), or nil.
+-- The MoE implementation the family runs: its own choice
+-- (models/causal_lm.lua), else the decoder's default, the loop (a family
+-- that does not choose, a VLM's, passes none to stdlib/moe.lua).
 local function moe_impl(run)
   local pick = run.sim and run.sim.moe_impl
-  return pick and pick(run, run.text) or (run.moe and run.moe.impl)
+  return pick and pick(run, run.text) or "loop"
 end
 
 -- Whether run's experts run the loop, balanced and dropless, over the

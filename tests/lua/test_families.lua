@@ -87,6 +87,19 @@ local CONFIGS = {
     num_experts_per_tok = 6, num_hidden_layers = 28, num_key_value_heads = 16,
     pretraining_tp = 1, rms_norm_eps = 1e-06, rope_theta = 10000, scoring_func = "softmax",
     seq_aux = true, torch_dtype = "bfloat16", vocab_size = 102400 }),
+  -- microsoft/Phi-3.5-MoE-instruct's config.json, written out (the
+  -- longrope short/long factor lists left out: nothing reads them)
+  phi_3_5_moe = cfg({ model_type = "phimoe", architectures = { "PhiMoEForCausalLM" },
+    attention_bias = true, attention_dropout = 0.0, hidden_act = "silu", hidden_dropout = 0.0,
+    hidden_size = 4096, initializer_range = 0.02, input_jitter_noise = 0.01,
+    intermediate_size = 6400, lm_head_bias = true, max_position_embeddings = 131072,
+    num_attention_heads = 32, num_experts_per_tok = 2, num_hidden_layers = 32,
+    num_key_value_heads = 8, num_local_experts = 16, original_max_position_embeddings = 4096,
+    output_router_logits = false, rms_norm_eps = 1e-05, rope_theta = 10000.0,
+    rope_scaling = { type = "longrope", long_mscale = 1.243163121016122,
+      short_mscale = 1.243163121016122, original_max_position_embeddings = 4096 },
+    router_aux_loss_coef = 0.0, router_jitter_noise = 0.01, sliding_window = 131072,
+    torch_dtype = "bfloat16", vocab_size = 32064 }),
 }
 -- zai-org/GLM-4.5 (and GLM-4.6, GLM-4.7: the same shapes): -Air's keys
 -- with its own shapes, q/k norms and routed scale (config.json, written out)
@@ -167,6 +180,27 @@ T.test("DeepSeek-MoE 16B (model_type deepseek) matches its Hub total", function(
   -- n_routed_experts null (DeepseekConfig's default): a dense model
   c.kv_lora_rank, c.n_routed_experts, c.num_experts_per_tok = nil, nil, nil
   T.eq(part(count_cfg(c, "c"), "layers.mlp"), 28 * 3 * 2048 * 10944)
+end)
+
+T.test("Phi-3.5-MoE: LayerNorms with bias, biased attention and head", function()
+  local r = count("phi_3_5_moe")
+  -- microsoft/Phi-3.5-MoE-instruct: 41,873,153,344 parameters (a model
+  -- comparison quoted in a news digest, index file 5536979741; the Hub
+  -- lists 41.9B)
+  T.eq(r.total, 41873153344)
+  -- by hand from modeling_phimoe.py: q/k/v/o with biases (head_dim 4096/32)
+  T.eq(part(r, "layers.attention"), 32 * (2 * (4096 * 4096 + 4096) + 2 * (4096 * 1024 + 1024)))
+  T.eq(part(r, "layers.norms"), 32 * 2 * 2 * 4096) -- two nn.LayerNorm, weight + bias
+  T.eq(part(r, "norm"), 2 * 4096)
+  T.eq(part(r, "lm_head"), 4096 * 32064 + 32064)  -- lm_head_bias
+  T.eq(part(r, "layers.experts"), 32 * 16 * 3 * 4096 * 6400)
+  local c = {}
+  for k, v in pairs(CONFIGS.phi_3_5_moe) do c[k] = v end
+  c.num_experts_per_tok = 4
+  T.raises(function() count_cfg(c, "p.json") end, "p.json: num_experts_per_tok: is 4, but "
+    .. "sparsemixer routes exactly 2")
+  -- (that the simulator builds the LayerNorm and head biases the count
+  -- names: "every family runs train, LoRA, inference and generation")
 end)
 
 -- GLM-4.5's checkpoints hold one multi-token-prediction layer,
@@ -469,7 +503,8 @@ end)
 
 T.test("every family runs train, LoRA, inference and generation", function()
   local all = { "gemma_2_2b", "gemma_3_1b", "phi_3_mini", "olmo_2_7b", "glm_4_9b",
-    "qwen1_5_moe", "olmoe_1b_7b", "deepseek_v2_lite", "glm_4_5_air", "deepseek_moe_16b" }
+    "qwen1_5_moe", "olmoe_1b_7b", "deepseek_v2_lite", "glm_4_5_air", "deepseek_moe_16b",
+    "phi_3_5_moe" }
   local configs = {}
   for _, n in ipairs(all) do configs[n] = CONFIGS[n] end
   for _, n in ipairs({ "mixtral_8x7b_v0_1", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_20b" }) do

@@ -288,6 +288,10 @@ function tests.an_expert_capacity_is_refused_with_the_reason()
   -- grouped and dropless: one permuted buffer of rows x top_k rows, a program
   local g = moe_spec("mixtral_8x7b_v0_1", { moe = { impl = "grouped" } })
   T.ok(compiled.try(spec.normalize(g, where, registry), {}), "grouped compiles")
+  -- a VLM's decoder rows are not batch x seq: its expert loop is refused, said so
+  local vlm = moe_spec("qwen3_vl_30b_a3b_instruct", { images = { width = 64, height = 64 } })
+  local _, w = compiled.try(spec.normalize(vlm, where, registry), {})
+  T.ok(w:find("compiled per remainder only for a text-only training step", 1, true), w)
 end
 
 return tests

@@ -178,6 +178,23 @@ T.test("unknown model types say how to add a family", function()
   T.raises(function() count_cfg({}, "c") end, "no model_type or architectures")
 end)
 
+T.test("known model_types that are not modelled say which layers are missing", function()
+  T.raises(function() count_cfg({ model_type = "qwen3_next" }, "q.json") end,
+    "q.json: model_type: 'qwen3_next' is known but not modelled: Qwen3-Next's Gated DeltaNet")
+  local msg = T.raises(function() count_cfg({ model_type = "gemma3n" }, "g.json") end,
+    "g.json: model_type: 'gemma3n' is known but not modelled: Gemma 3n's MatFormer decoder")
+  T.ok(msg and not msg:find("did you mean", 1, true), "no did-you-mean toward gemma3")
+  T.raises(function() count_cfg({ model_type = "minicpm" }, "m.json") end,
+    "'minicpm' is known but not modelled")
+  -- relabelled as a family that would ignore their layers: refused by key
+  T.raises(function() count_cfg({ model_type = "qwen2_moe", hidden_size = 64,
+    intermediate_size = 64, num_hidden_layers = 2, num_attention_heads = 4, vocab_size = 8,
+    linear_num_value_heads = 32 }, "r.json") end, "r.json: linear_num_value_heads: changes")
+  T.raises(function() count_cfg({ model_type = "gemma3_text", hidden_size = 64,
+    intermediate_size = 64, num_hidden_layers = 2, num_attention_heads = 4, vocab_size = 8,
+    laurel_rank = 64 }, "r.json") end, "r.json: laurel_rank: changes")
+end)
+
 -- transformers' MistralAttention and MistralMLP build no biases whatever
 -- the config says (modeling_mistral.py): a true attention_bias or mlp_bias
 -- is refused by name, never counted as biases the checkpoint lacks.
