@@ -35,17 +35,24 @@ local function experts(c, m, o)
   end
 end
 
--- multi-head latent attention (q_lora_rank absent or null: a plain q_proj).
+-- multi-head latent attention (q_lora_rank absent or null: a plain q_proj),
+-- also GLM-4.7-Flash's (models/glm4_moe.lua). d: the config class's
+-- defaults of the widths where a family has them (V2/V3: required).
+local function mla(c, m, d)
+  d = d or {}
+  m.qkv_bias = c:bool("attention_bias", false)
+  m.o_bias = m.qkv_bias
+  m.mla = { q_lora = c:int("q_lora_rank", nil, true), kv_lora = c:int("kv_lora_rank", d.kv_lora),
+    nope = c:int("qk_nope_head_dim", d.nope), rope = c:int("qk_rope_head_dim", d.rope),
+    v_dim = c:int("v_head_dim", d.v_dim) }
+  m.head_dim = m.mla.nope + m.mla.rope
+end
+
 -- V3's multi-token-prediction layers (num_nextn_predict_layers) are in the
 -- checkpoint but transformers does not load them: not counted, reported as
 -- a note.
 local function read(c, m, v3)
-  m.qkv_bias = c:bool("attention_bias", false)
-  m.o_bias = m.qkv_bias
-  m.mla = { q_lora = c:int("q_lora_rank", nil, true), kv_lora = c:int("kv_lora_rank"),
-    nope = c:int("qk_nope_head_dim"), rope = c:int("qk_rope_head_dim"),
-    v_dim = c:int("v_head_dim") }
-  m.head_dim = m.mla.nope + m.mla.rope
+  mla(c, m)
   experts(c, m, { sigmoid = v3, freq = not v3 })
   m.mtp = c:int("num_nextn_predict_layers", 0, false, 0)
 end
@@ -61,5 +68,5 @@ local F = require("models.decoder_lm").variant("deepseek",
   deepseek_v3 = { tie = false, models = KEYS, per_layer = true,
     read = function(c, m) read(c, m, true) end },
 })
-F.experts = experts
+F.experts, F.mla = experts, mla
 return F

@@ -100,6 +100,17 @@ local CONFIGS = {
       short_mscale = 1.243163121016122, original_max_position_embeddings = 4096 },
     router_aux_loss_coef = 0.0, router_jitter_noise = 0.01, sliding_window = 131072,
     torch_dtype = "bfloat16", vocab_size = 32064 }),
+  -- zai-org/GLM-4.7-Flash (glm4_moe_lite): its config.json's shapes, MLA
+  -- widths and routing keys, written out
+  glm_4_7_flash = cfg({ model_type = "glm4_moe_lite",
+    architectures = { "Glm4MoeLiteForCausalLM" }, attention_bias = false,
+    first_k_dense_replace = 1, hidden_size = 2048, intermediate_size = 10240,
+    kv_lora_rank = 512, max_position_embeddings = 202752, moe_intermediate_size = 1536,
+    n_group = 1, n_routed_experts = 64, n_shared_experts = 1, norm_topk_prob = true,
+    num_attention_heads = 20, num_experts_per_tok = 4, num_hidden_layers = 47,
+    num_key_value_heads = 20, num_nextn_predict_layers = 1, q_lora_rank = 768,
+    qk_nope_head_dim = 192, qk_rope_head_dim = 64, routed_scaling_factor = 1.8,
+    topk_group = 1, v_head_dim = 256, vocab_size = 154880 }),
 }
 -- zai-org/GLM-4.5 (and GLM-4.6, GLM-4.7: the same shapes): -Air's keys
 -- with its own shapes, q/k norms and routed scale (config.json, written out)
@@ -210,7 +221,7 @@ end)
 -- and DeepSeek-V3's MTP module (a MoE decoder layer, eh_proj 2H -> H,
 -- enorm, hnorm, shared_head.norm, and in GLM-4.5's and -Air's files its
 -- own embed_tokens and shared_head.head).
-T.test("GLM-4.5, -Air and 4.6 match their Hub totals with the MTP layer", function()
+T.test("GLM-4.5, -Air, 4.6 and 4.7-Flash match their published totals", function()
   local function mtp(H, heads, kv, hd, E, I, bias_qkv, qk_norm)
     local attn = H * heads * hd + 2 * H * kv * hd + heads * hd * H
       + (bias_qkv and (heads + 2 * kv) * hd or 0) + (qk_norm and 2 * hd or 0)
@@ -244,6 +255,34 @@ T.test("GLM-4.5, -Air and 4.6 match their Hub totals with the MTP layer", functi
       T.ok(p.note:find(P.commas(mtp(5120, 96, 8, 128, 160, 1536, true, true)), 1, true), p.note)
     end
   end
+  -- GLM-4.7-Flash: DeepSeek-V3's MLA with GLM-4.5's experts; llama.cpp's
+  -- n_params of its GGUF, 29,943,393,920 (index file 60005726306: the MTP
+  -- layer left out, the correction biases in)
+  local f = count("glm_4_7_flash")
+  T.eq(f.total, 29943393920)
+  T.eq(part(f, "layers.attention") // 47, 2048 * 768 + 768 + 768 * 20 * 256 + 2048 * 576 + 512
+    + 512 * 20 * (192 + 256) + 20 * 256 * 2048)
+  T.eq(part(f, "layers.mlp"), 3 * 2048 * 10240)
+  local lite = {}
+  for k, v in pairs(CONFIGS.glm_4_7_flash) do lite[k] = v end
+  lite.mlp_layer_types = {}
+  for i = 1, 47 do lite.mlp_layer_types[i] = i <= 3 and "dense" or "sparse" end
+  T.eq(part(count_cfg(lite, "l"), "layers.mlp"), 3 * 3 * 2048 * 10240)
+  lite.mlp_layer_types[5] = "moe"
+  T.raises(function() count_cfg(lite, "l.json") end, "l.json: mlp_layer_types[5]: must be")
+  lite.mlp_layer_types, lite.first_k_dense_replace = nil, 2
+  T.raises(function() count_cfg(lite, "l.json") end, "l.json: first_k_dense_replace: is not 1")
+  lite.first_k_dense_replace, lite.q_lora_rank = 1, nil
+  T.raises(function() count_cfg(lite, "l.json") end, "l.json: q_lora_rank: is absent or null")
+  -- transformers 5 files keep partial_rotary_factor in rope_parameters
+  local fam = registry.find(CONFIGS.glm_4_5_air)
+  local v5 = {}
+  for k, v in pairs(CONFIGS.glm_4_5_air) do v5[k] = v end
+  v5.partial_rotary_factor, v5.rope_parameters = nil, { rope_type = "default",
+    rope_theta = 1000000, partial_rotary_factor = 1.0 }
+  T.eq(#fam.simulator(fam.read(v5, "v5")).assumptions, 0)
+  T.ok(fam.simulator(fam.read(CONFIGS.glm_4_5_air, "a")).assumptions[1]:find("64 of 128", 1,
+    true))
   -- keys GLM-4.5 does not read are refused, and the router's groups checked
   local bad = {}
   for k, v in pairs(CONFIGS.glm_4_5_air) do bad[k] = v end
@@ -504,7 +543,7 @@ end)
 T.test("every family runs train, LoRA, inference and generation", function()
   local all = { "gemma_2_2b", "gemma_3_1b", "phi_3_mini", "olmo_2_7b", "glm_4_9b",
     "qwen1_5_moe", "olmoe_1b_7b", "deepseek_v2_lite", "glm_4_5_air", "deepseek_moe_16b",
-    "phi_3_5_moe" }
+    "phi_3_5_moe", "glm_4_7_flash" }
   local configs = {}
   for _, n in ipairs(all) do configs[n] = CONFIGS[n] end
   for _, n in ipairs({ "mixtral_8x7b_v0_1", "qwen3_30b_a3b", "deepseek_v3", "gpt_oss_20b" }) do
@@ -528,6 +567,7 @@ T.test("every family runs train, LoRA, inference and generation", function()
         local buffers = 0
         if cc.model_type == "deepseek_v3" then buffers = 1 * 256 end -- layer 4 is MoE
         if cc.model_type == "glm4_moe" then buffers = 3 * 128 end -- layers 2-4 are MoE
+        if cc.model_type == "glm4_moe_lite" then buffers = 3 * 64 end
         if not r.lora then T.eq(st.param_count + buffers, want, name .. " parameters") end
         T.ok(st.peak > 0, name)
       end
