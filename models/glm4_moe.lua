@@ -10,6 +10,17 @@ local deepseek = require("models.deepseek")
 local causal = require("models.causal_lm")
 local cfgutil = require("stdlib.config")
 
+-- The router's groups (n_group, topk_group: which experts a token may pick,
+-- priced as the plain top-k) and the MTP layers, noted by decoder.params.
+local function groups(c, m)
+  local n = c:int("n_group", 1, false, 1)
+  c:int("topk_group", 1, false, 1)
+  if m.moe.experts and m.moe.experts % n ~= 0 then
+    c:fail("n_group", ("must divide n_routed_experts (%d), got %d"):format(m.moe.experts, n))
+  end
+  m.mtp = c:int("num_nextn_predict_layers", 0, false, 0)
+end
+
 -- GQA attention: q/k/v_proj with bias=attention_bias, o_proj always
 -- without; per-head q_norm/k_norm when use_qk_norm (GLM-4.5, not -Air).
 -- The MLP is DeepSeek-V3's (deepseek.experts): sigmoid router with the fp32
@@ -23,12 +34,7 @@ local function read(c, m)
   m.qk_norm = c:bool("use_qk_norm", false) and "head" or nil
   deepseek.experts(c, m, { sigmoid = true, routed = 128, top_k = 8, inter = 1408, shared = 1,
     first = 1 })
-  local groups = c:int("n_group", 1, false, 1)
-  c:int("topk_group", 1, false, 1)
-  if m.moe.experts and m.moe.experts % groups ~= 0 then
-    c:fail("n_group", ("must divide n_routed_experts (%d), got %d"):format(m.moe.experts, groups))
-  end
-  m.mtp = c:int("num_nextn_predict_layers", 0, false, 0)
+  groups(c, m)
   -- rotary over int(head_dim * partial_rotary_factor) of each head
   -- (transformers 5 files keep it in rope_parameters)
   local rp = c:raw("rope_parameters")
@@ -74,12 +80,7 @@ local function read_lite(c, m)
       m.moe_layers[i] = v == "sparse"
     end
   end
-  local groups = c:int("n_group", 1, false, 1)
-  c:int("topk_group", 1, false, 1)
-  if m.moe.experts % groups ~= 0 then
-    c:fail("n_group", ("must divide n_routed_experts (%d), got %d"):format(m.moe.experts, groups))
-  end
-  m.mtp = c:int("num_nextn_predict_layers", 0, false, 0)
+  groups(c, m)
 end
 
 local F = decoder_lm.variant("glm4_moe",
