@@ -28,7 +28,8 @@ local function read(c, m)
       .. "(modeling_phimoe.py raises for any other top_k)"):format(k))
   end
   m.moe = { experts = c:int("num_local_experts", 16), top_k = k, inter = m.intermediate,
-    norm_topk = false, router_linear = "gate" }
+    norm_topk = false, router_linear = "gate",
+    expert_leaves = { gate = "w1", up = "w3", down = "w2" } }
   m.moe_layers = "all"
   m.aux_loss = c:bool("output_router_logits", false)
   m.input_jitter = c:num("input_jitter_noise", 0.0)

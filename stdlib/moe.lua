@@ -79,15 +79,18 @@ function M.build(S, o, H, opts)
   local qf = opts.quant_for or function() return opts.quant end
   local quant = qf(opts.quant, "gate_proj", "experts")
   local shared_quant = qf(opts.quant, "gate_proj", "mlp")
-  -- one SwiGLU MLP of width I (an expert, the shared expert)
-  local function mlp(width, q)
+  -- one SwiGLU MLP of width I (an expert, the shared expert); leaves: its
+  -- modules' names, which LoRA targets name (o.expert_leaves: an expert's
+  -- where the modelling code names them otherwise, Phi-MoE's w1/w3/w2)
+  local function mlp(width, q, leaves)
     local function lin(name, inn, out)
       return layers.new_linear(S, { label = name, inn = inn, out = out, dt = dt,
         trainable = tr(name), lora = lo(name), quant = q })
     end
-    local gate = lin("gate_proj", H, width)
-    local up = lin("up_proj", H, width)
-    return { gate = gate, up = up, down = lin("down_proj", width, H) }
+    leaves = leaves or { gate = "gate_proj", up = "up_proj", down = "down_proj" }
+    local gate = lin(leaves.gate, H, width)
+    local up = lin(leaves.up, H, width)
+    return { gate = gate, up = up, down = lin(leaves.down, width, H) }
   end
   local B = { o = o, hidden = H }
   -- the router: Linear(H, E) (gpt-oss with a bias); DeepSeek's is a bare
@@ -125,7 +128,7 @@ function M.build(S, o, H, opts)
     end
   else
     B.experts = {}
-    for e = 1, o.experts do B.experts[e] = mlp(I, quant) end
+    for e = 1, o.experts do B.experts[e] = mlp(I, quant, o.expert_leaves) end
   end
   if o.shared_inter then
     B.shared = mlp(o.shared_inter, shared_quant)

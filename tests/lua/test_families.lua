@@ -1363,3 +1363,12 @@ T.test("every registered model_type runs estimate in train, LoRA and inference",
   end
 end)
 
+T.test("Phi-3.5-MoE's experts are w1/w3/w2, as LoRA targets name them", function()
+  -- PhimoeBlockSparseTop2MLP's modules; 2 layers x 16 experts x rank 2 x
+  -- (in + out) of w1, w3 (4096 -> 6400) and w2 (6400 -> 4096)
+  local st = step.run(run_of(CONFIGS.phi_3_5_moe, 2, { mode = "train", batch = 1, seq = 8,
+    lora = { rank = 2, targets = { "w1", "w2", "w3" } } }))
+  T.eq(st.trainable_count, 2 * 16 * 2 * 3 * (4096 + 6400))
+  T.raises(function() step.run(run_of(CONFIGS.phi_3_5_moe, 2, { mode = "train", batch = 1,
+    seq = 8, lora = { rank = 2, targets = { "gate_proj" } } })) end, "no module named 'gate_proj'")
+end)
