@@ -43,6 +43,7 @@ local function decoder_run(run, m, train)
   if aux == nil then aux = m.moe and train and m.aux_loss end
   return with(run, { moe_impl = F.moe_impl(run, m), router_logits = aux and {} or nil })
 end
+F.decoder_run = decoder_run -- a VLM's language model runs its decoder the same way
 
 function F.build(S, run, pol)
   local m = run.text
@@ -83,6 +84,7 @@ local function add_aux(S, P, run, l, kept)
   S:drop(l, scaled)
   return total
 end
+F.add_aux = add_aux
 
 -- The trainers' losses that take the final hidden states instead of logits
 -- (stdlib/loss.lua): litgpt's chunked head and loss, Liger's fused linear

@@ -146,7 +146,8 @@ function F.build(S, run, pol)
   -- a quantized checkpoint quantizes the language model's projections (the
   -- vision tower stays in the model dtype; stdlib/spec.lua refuses formats
   -- that would quantize it)
-  P.lm = decoder.build(S, run.text, { dt = dt, trainable = ttr, lora = tlo, quant = run.quant })
+  P.lm = decoder.build(S, run.text, { dt = dt, trainable = ttr, lora = tlo, quant = run.quant,
+    moe_impl = causal.moe_impl(run, run.text) })
   P.images = cfg.images or 1 -- images per sample, all of the same size
   -- n_feat: projector rows; n_img: the sequence positions the images take
   P.n_feat = F.image_tokens(vm, f) * P.images
@@ -281,7 +282,9 @@ function F.forward_loss(S, P, run)
     labels = S:new_tensor(B * seq, "int64", "labels.cat", false)
     S:drop(img_labels)
   end
-  local r = with(run, { seq = seq })
+  -- an MoE language model: the run's expert implementation, and its router
+  -- logits kept for the auxiliary loss over every position, images included
+  local r = causal.decoder_run(with(run, { seq = seq }), run.text, true)
   local h = decoder.forward(S, P.lm, emb, r)
   S:drop(emb)
   S:set_category("logits_loss")
@@ -289,13 +292,13 @@ function F.forward_loss(S, P, run)
   S:drop(labels)
   release(S, P)
   S:set_category("activations")
-  return l
+  return causal.add_aux(S, P.lm, r, l, r.router_logits)
 end
 
 function F.forward_logits(S, P, run)
   local seq = run.seq + P.n_img
   local emb = embeds(S, P, run)
-  local r = with(run, { seq = seq })
+  local r = causal.decoder_run(with(run, { seq = seq }), run.text, false)
   local h = decoder.forward(S, P.lm, emb, r)
   S:drop(emb)
   local logits = decoder.logits(S, P.lm, h, r)

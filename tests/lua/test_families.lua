@@ -1372,3 +1372,35 @@ T.test("Phi-3.5-MoE's experts are w1/w3/w2, as LoRA targets name them", function
   T.raises(function() step.run(run_of(CONFIGS.phi_3_5_moe, 2, { mode = "train", batch = 1,
     seq = 8, lora = { rank = 2, targets = { "gate_proj" } } })) end, "no module named 'gate_proj'")
 end)
+
+T.test("a VLM's MoE language model runs the experts and the aux loss the run asks for", function()
+  -- Qwen3-VL-MoE was simulated with the expert loop whatever run.moe said
+  -- (models/siq_vlm.lua never passed it on). The same decoder alone, over as
+  -- many rows as the VLM's sequence (64 text + 64 image tokens: 256 px /
+  -- 16 px patches = 16, merged 2 x 2 -> 8 x 8), must move by the same bytes
+  -- at the end of the forward when the implementation or the aux loss changes.
+  local c = preset("qwen3_vl_30b_a3b_instruct")
+  c.text_config.num_hidden_layers, c.text_config.num_experts = 2, 8
+  c.text_config.num_experts_per_tok = 2
+  c.vision_config.depth, c.vision_config.deepstack_visual_indexes = 4, { 1, 2, 3 }
+  local path = T.tmpfile(vram.json.encode(c))
+  local function fwd_end(text_only, m)
+    local run = { mode = "train", batch = 1, seq = text_only and 128 or 64, moe = m,
+      precision = { params = "bf16" } }
+    if not text_only then run.images = { count = 1, width = 256, height = 256 } end
+    return step.run(spec.normalize({ model = { config = path, text_only = text_only },
+      run = run }, "s.yaml", registry)).phase_end.forward_end
+  end
+  local vlm_grouped, vlm_aux
+  for _, text_only in ipairs({ false, true }) do
+    local loop = fwd_end(text_only, { impl = "loop" })
+    local grouped = fwd_end(text_only, { impl = "grouped" }) - loop
+    local aux = fwd_end(text_only, { impl = "loop", aux_loss = true }) - loop
+    T.ok(grouped ~= 0 and aux > 0, (text_only and "decoder alone" or "VLM") .. ": the knobs change the step")
+    if text_only then
+      T.eq(grouped, vlm_grouped, "grouped experts: the VLM's change")
+      T.eq(aux, vlm_aux, "aux loss: the VLM's change")
+    end
+    vlm_grouped, vlm_aux = grouped, aux
+  end
+end)
