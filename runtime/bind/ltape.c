@@ -453,10 +453,13 @@ static int l_echo_end(lua_State *L) {
 }
 
 /* t:echo_replay({from, to, ...}, lo, hi, delta, query) -> query's new id;
- * query a list of ids: their new ids, in order */
+ * query a list of ids (at most ECHO_QUERIES: a layer's output and its
+ * weight casts under autocast, stdlib/compose.lua): their new ids, in order */
+#define ECHO_QUERIES 1024
 static int l_echo_replay(lua_State *L) {
   self(L);
   int64_t flat[2 * VR_MAX_EDGES], from[VR_MAX_EDGES], to[VR_MAX_EDGES];
+  int64_t query[ECHO_QUERIES], answer[ECHO_QUERIES]; /* 16 KiB of stack */
   int n = read_ids(L, 2, flat, 2 * VR_MAX_EDGES, "id pairs");
   if (n % 2) luaL_argerror(L, 2, "ids come in {from, to} pairs");
   for (int i = 0; i < n / 2; i++) {
@@ -464,10 +467,10 @@ static int l_echo_replay(lua_State *L) {
     to[i] = flat[2 * i + 1];
   }
   int64_t lo = (int64_t)luaL_checkinteger(L, 3), hi = (int64_t)luaL_checkinteger(L, 4);
-  int64_t delta = (int64_t)luaL_checkinteger(L, 5), query[VR_MAX_EDGES], answer[VR_MAX_EDGES];
+  int64_t delta = (int64_t)luaL_checkinteger(L, 5);
   int nq = 1;
   if (lua_istable(L, 6))
-    nq = read_ids(L, 6, query, VR_MAX_EDGES, "queried ids");
+    nq = read_ids(L, 6, query, ECHO_QUERIES, "queried ids");
   else
     query[0] = (int64_t)luaL_checkinteger(L, 6);
   if (lo < 0 || hi < lo || (hi > lo && (delta > INT64_MAX - hi || delta < -lo)))

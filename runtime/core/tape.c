@@ -33,9 +33,13 @@ typedef struct {
   int8_t bulk; /* a bulk's activations: its node owns them, no script drops them */
 } tensor;
 
-/* EV_CKPT_BEGIN and EV_CKPT_END (then its input and output items) only in
- * an echo: a checkpointed segment inside the echoed layer */
-enum { EV_ALLOC, EV_DROP, EV_RETAIN, EV_TEMP, EV_NODE, EV_ITEM, EV_CKPT_BEGIN, EV_CKPT_END };
+/* EV_CKPT_BEGIN, EV_CKPT_END (then its input and output items) and
+ * EV_REPLAY_DROP only in an echo: a checkpointed segment inside the echoed
+ * layer */
+enum {
+  EV_ALLOC, EV_DROP, EV_RETAIN, EV_TEMP, EV_NODE, EV_ITEM, EV_CKPT_BEGIN, EV_CKPT_END,
+  EV_REPLAY_DROP
+};
 
 typedef struct {
   int64_t a, b;
@@ -450,9 +454,11 @@ vr_status vr_tape_drop(vr_tape *t, int64_t id) {
 }
 
 vr_status vr_tape_replay_drop(vr_tape *t, int64_t id) {
-  spoil_all(t);
+  spoil(t);
   if (!valid(t, id) || t->tensors.v[id].bulk) return VR_EBADID;
   if (!t->recording) return VR_ENOTRECORD;
+  if (!echo_room(t, 1)) return VR_ENOMEM;
+  echoed(t, (event){id, 0, EV_REPLAY_DROP, -1, 0, 0});
   return record(t, (event){id, 0, EV_DROP, -1, 0, 0});
 }
 
@@ -672,6 +678,8 @@ static vr_status replay_recorded(vr_tape *t, const event *evs, size_t *e, const 
     }
     case EV_DROP:
       return vr_tape_drop(t, echo_id(m, ev.a));
+    case EV_REPLAY_DROP:
+      return vr_tape_replay_drop(t, echo_id(m, ev.a));
     case EV_RETAIN:
       return vr_tape_retain(t, echo_id(m, ev.a));
     case EV_TEMP:
