@@ -274,6 +274,20 @@ end
 
 -- The MoE description a run simulates: a grouped implementation keeps its
 -- experts as fused (E, out, in) weights.
+-- Whether the expert loop leaves an expert of a layer without tokens (a
+-- few rows over many experts); a compiled probe's split (stdlib/moe.lua)
+-- answers for itself.
+function D.idle_experts(m, ctx)
+  if not m.moe or (ctx.moe_impl or "loop") ~= "loop" or m.moe.split then return false end
+  local o = m.moe
+  local counts = require("stdlib.moe").tokens_per_expert(ctx.rows, o.top_k, o.experts,
+    o.capacity_factor, o.imbalance)
+  for _, n in ipairs(counts) do
+    if n == 0 then return true end
+  end
+  return false
+end
+
 function D.moe_desc(m, impl)
   if impl ~= "grouped" or m.moe.fused then return m.moe end
   local o = {}
@@ -817,7 +831,12 @@ function D.forward(S, P, emb, run)
   -- checkpointing: every layer (ckpt), every n-th layer (ckpt_every), or
   -- segments of k consecutive layers recomputed together (ckpt_segment)
   local seg = run.ckpt_segment or 1
-  if m.uniform and not ctx.router_logits and compose.enabled(S, m.layers, run) then
+  -- the expert loop skips an expert that got no token, and its weights then
+  -- get no gradient in that layer: the composed layers' backward (every
+  -- parameter's gradient, stdlib/compose.lua) would not repeat the walked
+  -- layer's, so such steps walk every layer
+  local composable = m.uniform and not ctx.router_logits and not D.idle_experts(m, ctx)
+  if composable and compose.enabled(S, m.layers, run) then
     h = D.composed_layers(S, P, h, ctx, run)
     local normed = P.norm and final_norm(S, m, h, P.norm, rows) or S:view(h)
     S:drop(h, cache_pos, mask, cos, sin)
@@ -862,7 +881,7 @@ function D.forward(S, P, emb, run)
   -- compares the answers with compose = false)
   local period = every * ((seg + every - 1) // every)
   local units = m.layers // period
-  if run.ckpt and period > 1 and m.uniform and not ctx.router_logits and not S.timeline
+  if run.ckpt and period > 1 and composable and not S.timeline
     and compose.enabled(S, units, run, true) then
     -- units 1, 2 and the last are walked, the others' gradients read off
     -- the layers' group (stdlib/compose.lua) or their tables (made on read)

@@ -1404,3 +1404,24 @@ T.test("a VLM's MoE language model runs the experts and the aux loss the run ask
     vlm_grouped, vlm_aux = grouped, aux
   end
 end)
+
+T.test("an MoE step whose expert loop leaves experts idle trains, as when every layer is walked", function()
+  -- 1 x 3 rows x top-8 over 128 experts: 104 experts get no token, so their
+  -- weights get no gradient; composing the layers raised "composed layers
+  -- did not repeat the simulated layer's pattern" from the tape
+  local c = preset("qwen3_30b_a3b")
+  c.num_hidden_layers = 6
+  local path = T.tmpfile(vram.json.encode(c))
+  for _, r in ipairs({ { seq = 3 }, { seq = 3, grad_checkpointing = 2 }, { seq = 7, batch = 2 } }) do
+    local function run(compose)
+      local x = spec.normalize({ model = { config = path }, run = { mode = "train",
+        batch = r.batch or 1, seq = r.seq, grad_checkpointing = r.grad_checkpointing } },
+        "s.yaml", registry)
+      x.compose = compose
+      return step.run(x)
+    end
+    local walked, st = run(false), run(nil)
+    T.eq(st.peak, walked.peak, "seq " .. r.seq)
+    T.eq(st.phase_end.backward_end, walked.phase_end.backward_end, "seq " .. r.seq)
+  end
+end)
