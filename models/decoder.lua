@@ -648,7 +648,7 @@ local function layer_forward(S, P, l, x, ctx, idx)
   if l.moe then
     local kept
     d, mem, kept = require("stdlib.moe").forward(S, n2, l.moe, rows, { label = "moe",
-      impl = ctx.moe_impl, keep_logits = ctx.router_logits ~= nil })
+      impl = ctx.moe_impl, keep_logits = ctx.router_logits ~= nil, train = ctx.train })
     if kept then ctx.router_logits[#ctx.router_logits + 1] = kept end
   elseif l.mlp.gate_up then -- gate_up_proj, chunk(2), act(gate) * up
     local gu = layers.linear(S, n2, l.mlp.gate_up, rows)
@@ -826,7 +826,7 @@ function D.forward(S, P, emb, run)
   S:drop(pos_f, inv or nil, freqs, emb2)
   local ctx = { rows = rows, batch = B, seq = T, past = past, mask = mask, cos = cos, sin = sin,
     cache = run.cache, attention = run.attention, moe_impl = run.moe_impl,
-    router_logits = run.router_logits, cross = P.cross }
+    router_logits = run.router_logits, cross = P.cross, train = run.mode == "train" }
   local h = S:view(emb)
   -- checkpointing: every layer (ckpt), every n-th layer (ckpt_every), or
   -- segments of k consecutive layers recomputed together (ckpt_segment)

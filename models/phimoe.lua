@@ -27,12 +27,14 @@ local function read(c, m)
     c:fail("num_experts_per_tok", ("is %d, but sparsemixer routes exactly 2 experts "
       .. "(modeling_phimoe.py raises for any other top_k)"):format(k))
   end
+  -- input_jitter_noise: in training the block multiplies its input in place
+  -- by a uniform random tensor (stdlib/moe.lua prices it)
   m.moe = { experts = c:int("num_local_experts", 16), top_k = k, inter = m.intermediate,
     norm_topk = false, router_linear = "gate",
-    expert_leaves = { gate = "w1", up = "w3", down = "w2" } }
+    expert_leaves = { gate = "w1", up = "w3", down = "w2" },
+    input_jitter = c:num("input_jitter_noise", 0.0) }
   m.moe_layers = "all"
   m.aux_loss = c:bool("output_router_logits", false)
-  m.input_jitter = c:num("input_jitter_noise", 0.0)
 end
 
 local F = decoder_lm.variant("phimoe",
@@ -41,18 +43,12 @@ local F = decoder_lm.variant("phimoe",
 })
 
 -- sliding_window and longrope change neither shapes nor the eager path's
--- tensors (the mask is (T, T) either way); what sparsemixer and the input
--- jitter add is said as assumptions.
+-- tensors (the mask is (T, T) either way); what sparsemixer adds is said as
+-- an assumption.
 function F.simulator(m)
-  local d = { sim = causal, text = m.text, assumptions = {
+  return { sim = causal, text = m.text, assumptions = {
     "Phi-MoE's sparsemixer priced as softmax top-2 routing in fp32; its masked gates, "
       .. "Gumbel samples and MultiplierProcessor (tensors of rows x experts) are not priced" } }
-  if m.text.input_jitter > 0 then
-    d.assumptions[2] = ("input_jitter_noise %g: in training each MoE block multiplies its input "
-      .. "by a random tensor that autograd keeps (rows x hidden per layer), not priced")
-      :format(m.text.input_jitter)
-  end
-  return d
 end
 
 return F

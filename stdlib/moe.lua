@@ -361,12 +361,38 @@ local function dense(S, x, B, w, rows, label)
   return out
 end
 
+-- Input jitter (o.input_jitter > 0, in training: Phi-MoE's
+-- PhimoeSparseMoeBlock.forward, `hidden_states *= torch.empty_like(
+-- hidden_states).uniform_(1 - eps, 1 + eps)`). The random tensor has x's
+-- size and dtype; the multiply is in place, so the router and the experts
+-- read x's own storage and no product is allocated. MulBackward saves only
+-- the operand whose partner requires grad: the random tensor (x's old value
+-- is not needed, no copy). The result is a new version of x: a zero-byte
+-- handle that carries the gradient back through the node, whose saved x
+-- keeps x's storage, which the router Linear saves through the version,
+-- until the node runs, right after the router's backward.
+local function input_jitter(S, x, label)
+  local r = S:new_tensor(x.n, x.dt, label .. ".input_jitter_noise", false)
+  if not S:rg(x) then -- no graph: the noise dies with the statement
+    S:drop(r)
+    return S:view(x)
+  end
+  local ver = S:new_tensor(0, x.dt, label .. ".input_jitter", S:rg(x))
+  ver.b, ver.n = x.b, x.n
+  S:node(label .. ".input_jitter", { r, x }, { { x, x.b } }, { ver })
+  S:drop(r)
+  return ver
+end
+
 -- The whole block on x (rows, H). o: { label, impl (loop | grouped |
--- dense), keep_logits }. Returns the output (rows, H) and the router logits
--- when the run keeps them for the auxiliary loss.
+-- dense), keep_logits, train (module.training) }. Returns the output
+-- (rows, H) and the router logits when the run keeps them for the
+-- auxiliary loss.
 function M.forward(S, x, B, rows, o)
   local label, impl, keep_logits = o.label, o.impl, o.keep_logits
+  local jitter = o.train and B.o.input_jitter and B.o.input_jitter > 0
   local o = B.o
+  if jitter then x = input_jitter(S, x, label) end
   local w, idx, logits = route(S, x, B, rows, label)
   local out, mem
   if impl == "dense" then
@@ -401,6 +427,7 @@ function M.forward(S, x, B, rows, o)
   end
   local kept = nil
   if keep_logits then kept = logits else S:drop(logits) end
+  if jitter then S:drop(x) end
   return out, mem, kept
 end
 

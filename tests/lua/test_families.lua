@@ -1373,6 +1373,30 @@ T.test("Phi-3.5-MoE's experts are w1/w3/w2, as LoRA targets name them", function
     seq = 8, lora = { rank = 2, targets = { "gate_proj" } } })) end, "no module named 'gate_proj'")
 end)
 
+T.test("Phi-3.5-MoE's input jitter keeps one random tensor per layer in training, none in inference", function()
+  -- PhimoeSparseMoeBlock.forward, training: hidden_states *= empty_like(
+  -- hidden_states).uniform_(...) in place; MulBackward saves the random
+  -- tensor (its partner requires grad), nothing else is allocated. By hand:
+  -- 4 layers x 8 rows x 4096 hidden x 2 bytes (bf16) = 262144 bytes, each
+  -- 65536 a whole number of 512 B blocks
+  local function step_of(mode, noise, tokens, ckpt)
+    local c = {}
+    for k, v in pairs(CONFIGS.phi_3_5_moe) do c[k] = v end
+    c.input_jitter_noise = noise
+    return step.run(run_of(c, 4, { mode = mode, batch = 1, seq = 8, generate_tokens = tokens,
+      grad_checkpointing = ckpt, precision = { params = "bf16" } }))
+  end
+  local function gen(noise) return step_of("generate", noise, 2).peak end
+  local on, off = step_of("train", 0.01), step_of("train", 0.0)
+  T.eq(on.phase_end.forward_end - off.phase_end.forward_end, 4 * 8 * 4096 * 2)
+  T.eq(on.phase_end.backward_end, off.phase_end.backward_end, "the backward lets the noise go")
+  -- checkpointed layers: the forward runs under no_grad, the noise dies at once
+  T.eq(step_of("train", 0.01, nil, "full").phase_end.forward_end,
+    step_of("train", 0.0, nil, "full").phase_end.forward_end, "checkpointed: nothing kept")
+  T.eq(step_of("inference", 0.01).peak, step_of("inference", 0.0).peak, "inference: no jitter")
+  T.eq(gen(0.01), gen(0.0), "generation: no jitter")
+end)
+
 T.test("a VLM's MoE language model runs the experts and the aux loss the run asks for", function()
   -- Qwen3-VL-MoE was simulated with the expert loop whatever run.moe said
   -- (models/siq_vlm.lua never passed it on). The same decoder alone, over as
