@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../core/tape.h"
 #include "bind.h"
@@ -49,6 +50,15 @@ static vr_tape *check(lua_State *L) {
 static int fail(lua_State *L, const char *method, vr_status st) {
   if (st == VR_ENOMEM) /* the tape allocates from the state's budget */
     return luaL_error(L, "tape:%s: out of memory (the tape counts against --max-memory)", method);
+  /* the core's nesting statuses are shared by the three recordings (a
+   * checkpoint segment, a capture, an echo); its text names the first */
+  bool recording = strncmp(method, "capture", 7) == 0 || strncmp(method, "echo", 4) == 0;
+  if (recording && st == VR_ENESTED)
+    return luaL_error(L, "tape:%s: a checkpoint segment, capture or echo is already open "
+                         "(they cannot nest)", method);
+  if (recording && st == VR_ENOTRECORD)
+    return luaL_error(L, "tape:%s: no %s is open", method,
+                      method[0] == 'c' ? "capture" : "echo");
   return luaL_error(L, "tape:%s: %s", method, vr_tape_error(st));
 }
 

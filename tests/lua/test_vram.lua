@@ -763,6 +763,24 @@ function tests.a_finalizer_closing_the_tape_mid_call_should_give_tape_is_closed(
   T.ok(hits > 0, "no finalizer ran inside a call: the test proves nothing")
 end
 
+-- Captures and echoes share the checkpoint's nesting statuses: their errors
+-- name the recording the script misused, not a checkpoint.
+function tests.a_capture_or_echo_misused_should_name_itself()
+  T.raises(function() vram.tape():capture_end() end, "tape:capture_end: no capture is open")
+  T.raises(function() vram.tape():echo_end() end, "tape:echo_end: no echo is open")
+  local t = vram.tape()
+  t:echo()
+  T.raises(function() t:capture() end, "tape:capture: a checkpoint segment, capture or echo "
+    .. "is already open (they cannot nest)")
+  T.raises(function() t:echo() end, "tape:echo: a checkpoint segment, capture or echo")
+  local c = vram.tape()
+  c:capture()
+  c:alloc(10, "activations")
+  c:capture_end()
+  T.raises(function() c:capture_repeat(math.maxinteger) end, "more than 2^26 operations")
+  T.raises(function() c:capture_repeat(-1) end, "times must be >= 0")
+end
+
 -- A bulk's activations dropped by id before the backward reached them were
 -- released twice (fuzz_hostile found live bytes at -15 after 635,785
 -- executions).
