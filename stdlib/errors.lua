@@ -4,10 +4,33 @@ local M = {}
 
 local function raise(code, msg) error({ code = code, msg = msg }, 0) end
 
--- M.input("spec.yaml", "run.batch", "must be a positive integer, got -3")
+-- file -> { field path as errors name it ("run.lora.targets[2].rank") -> line }
+local located = {}
+
+-- Remembers where each key of a decoded YAML file stands (lines: mapping
+-- table -> key -> line, from vram.yaml.load), so that M.input can give the
+-- line of the field it names.
+function M.locate(file, doc, lines)
+  local at = {}
+  local function walk(t, prefix)
+    local own = lines[t]
+    for k, v in pairs(t) do
+      local path = math.type(k) == "integer" and ("%s[%d]"):format(prefix, k)
+        or (prefix == "" and tostring(k) or prefix .. "." .. tostring(k))
+      if own and own[k] then at[path] = own[k] end
+      if type(v) == "table" then walk(v, path) end
+    end
+  end
+  if type(doc) == "table" then walk(doc, "") end
+  located[file] = at
+end
+
+-- M.input("spec.yaml", "run.batch", "must be a positive integer, got -3"):
+-- "spec.yaml:7: run.batch: ..." when the file was located and has the field
 function M.input(file, field, what)
   local parts = {}
-  if file then parts[#parts + 1] = file end
+  local line = file and field and located[file] and located[file][field]
+  if file then parts[#parts + 1] = line and file .. ":" .. line or file end
   if field and field ~= "" then parts[#parts + 1] = field end
   parts[#parts + 1] = what
   raise(1, table.concat(parts, ": "))

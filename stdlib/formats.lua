@@ -305,13 +305,18 @@ end
 -- Loading and translating
 
 local function decode(path)
-  if path:match("%.ya?ml$") then return vram.yaml.load(path) end
-  if path:match("%.json$") then return vram.json.load(path) end
+  -- by extension, a YAML file's keys located for errors (stdlib/spec.lua)
+  if path:match("%.ya?ml$") or path:match("%.json$") then
+    return require("stdlib.spec").load_file(path)
+  end
   -- anything else: YAML when it decodes to a mapping, else an engine
   -- command line (vLLM) kept as text
   local text = vram.text.load(path)
-  local ok, doc = pcall(vram.yaml.decode, text, path)
-  if ok and type(doc) == "table" and doc[1] == nil then return doc, text end
+  local ok, doc, lines = pcall(vram.yaml.decode, text, path, true)
+  if ok and type(doc) == "table" and doc[1] == nil then
+    errors.locate(path, doc, lines)
+    return doc, text
+  end
   return nil, text
 end
 

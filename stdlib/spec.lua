@@ -33,7 +33,11 @@ end
 
 -- Loads a JSON or YAML file by extension.
 function M.load_file(path)
-  if path:match("%.ya?ml$") then return vram.yaml.load(path) end
+  if path:match("%.ya?ml$") then
+    local doc, lines = vram.yaml.load(path, true)
+    errors.locate(path, doc, lines) -- an error naming a field of the file gives its line
+    return doc
+  end
   return vram.json.load(path)
 end
 

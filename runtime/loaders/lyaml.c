@@ -61,6 +61,7 @@ typedef struct {
   size_t len;
   long nodes;
   int anchors; /* stack index: name -> {value, node count, key text|nil} */
+  int lines;   /* stack index: mapping table -> {key -> line of the key (1-based)} */
 } ystate;
 
 /* libyaml puts marks at the end of a text lacking a final newline on a line
@@ -83,6 +84,26 @@ static yaml_mark_t fix_mark(const ystate *st, yaml_mark_t m) {
     m.column = col;
   }
   return m;
+}
+
+/* lines[t][key] = the line of a mapping key or a sequence item (key: its
+ * index), the key on top of the stack: where a spec's reader finds a field
+ * it refuses (stdlib/errors.lua locate). */
+static void key_line(ystate *st, int t, yaml_mark_t m) {
+  lua_State *L = st->L;
+  luaL_checkstack(L, 4, "yaml");
+  lua_pushvalue(L, t);
+  if (lua_rawget(L, st->lines) == LUA_TNIL) {
+    lua_pop(L, 1);
+    lua_newtable(L);
+    lua_pushvalue(L, t);
+    lua_pushvalue(L, -2);
+    lua_rawset(L, st->lines);
+  }
+  lua_pushvalue(L, -2);
+  lua_pushinteger(L, (lua_Integer)fix_mark(st, m).line + 1);
+  lua_rawset(L, -3);
+  lua_pop(L, 1);
 }
 
 /* Raises "CHUNK:LINE:COL: yaml: <msg>" at a libyaml mark. */
@@ -417,6 +438,9 @@ static void parse_node(ystate *st, int depth) {
       if (!is_map) {
         lua_Integer i = 0;
         while (next_event(st)->type != YAML_SEQUENCE_END_EVENT) {
+          lua_pushinteger(L, i + 1); /* an item's line, keyed by its index */
+          key_line(st, t, st->b->ev.start_mark);
+          lua_pop(L, 1);
           parse_node(st, depth + 1);
           lua_rawseti(L, t, ++i);
         }
@@ -450,6 +474,7 @@ static void parse_node(ystate *st, int depth) {
           lua_pushvalue(L, -1);
           if (lua_rawget(L, t) != LUA_TNIL) yfail(st, km, "duplicate key '%s'", lua_tostring(L, -2));
           lua_pop(L, 1);
+          key_line(st, t, km);
           next_event(st);
           parse_node(st, depth + 1);
           lua_rawset(L, t);
@@ -464,9 +489,13 @@ static void parse_node(ystate *st, int depth) {
   }
 }
 
-/* Decodes the single document in text[0..n) and pushes its value. */
-static int decode_text(lua_State *L, const char *text, size_t n, const char *chunk) {
+/* Decodes the single document in text[0..n) and pushes its value and the
+ * line of every mapping key (key_line). */
+static int decode_text(lua_State *L, const char *text, size_t n, const char *chunk,
+                       int want_lines) {
   luaL_checkstack(L, 8, "yaml");
+  lua_newtable(L);
+  int lines = lua_gettop(L);
   lua_newtable(L);
   int anchors = lua_gettop(L);
   yaml_box *b = (yaml_box *)lua_newuserdatauv(L, sizeof *b, 0);
@@ -485,7 +514,7 @@ static int decode_text(lua_State *L, const char *text, size_t n, const char *chu
   b->parser_ok = 1;
   yaml_parser_set_input_string(&b->parser, (const unsigned char *)text, n);
 
-  ystate st = {L, b, chunk, text, n, 0, anchors};
+  ystate st = {L, b, chunk, text, n, 0, anchors, lines};
   yaml_event_t *ev = next_event(&st); /* STREAM_START */
   ev = next_event(&st);
   if (ev->type == YAML_STREAM_END_EVENT) return yfail(&st, ev->start_mark, "empty document");
@@ -499,27 +528,32 @@ static int decode_text(lua_State *L, const char *text, size_t n, const char *chu
     return lua_error(L);
   }
   lua_closeslot(L, slot);
-  return 1;
+  if (!want_lines) return 1;
+  lua_pushvalue(L, lines);
+  return 2;
 }
 
-/* yaml.decode(text [, chunkname]) */
+/* yaml.decode(text [, chunkname [, lines]]) -> value [, lines: with lines
+ * true, {table -> key or item index -> line} for the value's tables] */
 static int l_decode(lua_State *L) {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
   const char *chunk = luaL_optstring(L, 2, "yaml");
+  int want = lua_toboolean(L, 3);
   lua_settop(L, 2);
-  return decode_text(L, s, n, chunk);
+  return decode_text(L, s, n, chunk, want);
 }
 
-/* yaml.load(path) */
+/* yaml.load(path [, lines]) -> value [, lines] (as yaml.decode) */
 static int l_load(lua_State *L) {
   const char *path = luaL_checkstring(L, 1);
+  int want = lua_toboolean(L, 2);
   vb_check_read(L, path);
   lua_settop(L, 1);
   vb_read_file(L, path);
   size_t n;
   const char *s = lua_tolstring(L, 2, &n);
-  return decode_text(L, s, n, path);
+  return decode_text(L, s, n, path, want);
 }
 
 int vb_open_yaml(lua_State *L) {

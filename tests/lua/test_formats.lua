@@ -199,7 +199,7 @@ return {
     if not T.tmpfile then return end
     local p = T.tmpfile("stage: sft\nper_device_train_batch_size: two\n")
     T.raises(function() formats.translate(p, { format = "llamafactory" }) end,
-      p .. ": per_device_train_batch_size: must be an integer, got two")
+      p .. ":2: per_device_train_batch_size: must be an integer, got two")
   end,
   axolotl_keys_of_older_and_newer_configs = function()
     if not T.tmpfile then return end

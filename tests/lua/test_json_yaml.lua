@@ -147,3 +147,13 @@ T.raises(function() yaml.load(dir) end, dir .. ": is a directory")
 
 -- yaml to json
 T.eq(json.encode(yaml.decode("b: [1, 2.5, ~]\na: x\n")), '{"a":"x","b":[1,2.5,null]}', "yaml -> json")
+-- with lines asked for: the line of every key and sequence item, by table
+do
+  local v, at = yaml.decode("run:\n  batch: 2\n  lora:\n    targets:\n      - q_proj\n      - v_proj\n",
+    "s.yaml", true)
+  T.eq(at[v].run, 1)
+  T.eq(at[v.run].batch, 2)
+  T.eq(at[v.run].lora, 3)
+  T.eq(at[v.run.lora.targets][2], 6, "a sequence item's line")
+  T.eq(select("#", yaml.decode("a: 1\n")), 1, "one value unless lines are asked for")
+end
