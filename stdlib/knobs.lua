@@ -253,7 +253,16 @@ function K:budget(k)
   return b
 end
 
+-- The caller's misuse, raised at the caller's line.
+local function table_of_knobs(k, method)
+  if type(k) ~= "table" then
+    error(("K:%s takes a table of knobs (K:%s{ batch = 8 }), got %s"):format(method, method,
+      type(k)), 3)
+  end
+end
+
 function K:peak(k)
+  table_of_knobs(k, "peak")
   if self.parallel then return self:budget(k).device_total_bytes end
   local e = self:entry(k)
   if not e or (k.image and e.image and not self:tokens(k.image)) then
@@ -263,6 +272,7 @@ function K:peak(k)
 end
 
 function K:eval(k)
+  table_of_knobs(k, "eval")
   if self.parallel then -- the largest rank's figures
     local b = self:budget(k)
     return { peak = b.peak_bytes, peak_phase = b.peak_phase, peak_op = b.peak_op,
