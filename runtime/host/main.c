@@ -41,6 +41,10 @@
  * measured (fit of examples/specs/qwen3_vl_4b_ppo.yaml) takes 8.3 CPU s on
  * the shared 2-core build machine, too close to a stranger's 10 s. */
 #define DEFAULT_MAX_SECONDS_BUILTIN 60
+/* and the largest models' steps need more than a script's 256 MiB: a
+ * GLM-4.5-sized MoE (92 layers, 160 experts, first layers dense, so not
+ * composed) under ZeRO-3 on 8 GPUs holds ~300 MiB of tape */
+#define DEFAULT_MAX_MEMORY_MIB_BUILTIN 2048
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -59,7 +63,8 @@ static const char USAGE_TAIL[] =
     "  --trust                    lift the sandbox for your own scripts\n"
     "  --debug                    a Lua traceback under an error's message\n"
     "  --max-instructions N       Lua instruction budget (default: not counted)\n"
-    "  --max-memory MIB           memory budget, Lua and C, in MiB (default " STR(DEFAULT_MAX_MEMORY_MIB) ")\n"
+    "  --max-memory MIB           memory budget, Lua and C, in MiB (default " STR(DEFAULT_MAX_MEMORY_MIB) ", built-in\n"
+    "                             commands " STR(DEFAULT_MAX_MEMORY_MIB_BUILTIN) ")\n"
     "  --max-seconds S            CPU-time budget in seconds (default " STR(DEFAULT_MAX_SECONDS) "; built-in\n"
     "                             commands " STR(DEFAULT_MAX_SECONDS_BUILTIN) ")\n"
     "                             (defaults of a sandboxed run; --trust: none unless\n"
@@ -454,7 +459,9 @@ int main(int argc, char **argv) {
   if (i >= argc) return usage_error("%s", "no command given");
   if (lim.max_instructions < 0) lim.max_instructions = 0; /* not counted */
   lim.count_instructions = show_stats;
-  if (lim.max_memory < 0) lim.max_memory = lim.trusted ? 0 : (int64_t)DEFAULT_MAX_MEMORY_MIB << 20;
+  /* the memory default follows the command (a script's, a built-in's) */
+  bool default_memory = lim.max_memory < 0;
+  if (default_memory) lim.max_memory = lim.trusted ? 0 : (int64_t)DEFAULT_MAX_MEMORY_MIB << 20;
   if (max_seconds < 0 && lim.trusted) max_seconds = 0;
   if (lim.trusted) fprintf(stderr, "%s: --trust: sandbox lifted for this run\n", progname);
 
@@ -491,5 +498,6 @@ int main(int argc, char **argv) {
   if (!command_path(cmd, path, sizeof path)) return usage_error("unknown command '%s'", cmd);
   if (max_seconds != 0 || !lim.trusted)
     cpu_limit(max_seconds < 0 ? DEFAULT_MAX_SECONDS_BUILTIN : max_seconds);
+  if (default_memory && !lim.trusted) lim.max_memory = (int64_t)DEFAULT_MAX_MEMORY_MIB_BUILTIN << 20;
   return run_script(path, argc, argv, i, &lim);
 }

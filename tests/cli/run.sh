@@ -312,6 +312,25 @@ t "a hub id from the HF cache (sandbox)" 0 "acme/tiny -> $H/snapshots" \
 t "DeepSpeed JSON from the working dir"  0 "DeepSpeed config from ds/z2.json" \
   'cd "$D/proj" && HF_HOME="$D/hf" "$V" estimate cfg/train.yaml'
 
+# A built-in command's memory budget is 2048 MiB, a script's 256: a GLM-4.5-
+# shaped MoE (92 layers, 160 experts, 3 dense first: not composed) under
+# LoRA and ZeRO-3 on 8 GPUs holds ~300 MiB of tape
+mkdir -p "$D/glm45"
+printf '%s' '{"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "attention_bias": true,
+ "first_k_dense_replace": 3, "head_dim": 128, "hidden_size": 5120, "intermediate_size": 12288,
+ "moe_intermediate_size": 1536, "n_group": 1, "n_routed_experts": 160, "n_shared_experts": 1,
+ "norm_topk_prob": true, "num_attention_heads": 96, "num_experts_per_tok": 8, "num_hidden_layers": 92,
+ "num_key_value_heads": 8, "num_nextn_predict_layers": 1, "partial_rotary_factor": 0.5,
+ "rms_norm_eps": 1e-05, "rope_theta": 1000000, "routed_scaling_factor": 2.5, "tie_word_embeddings": false,
+ "topk_group": 1, "torch_dtype": "bfloat16", "use_qk_norm": true, "vocab_size": 151552}' \
+  >"$D/glm45/config.json"
+printf 'model:\n  config: glm45/config.json\nrun:\n  mode: train\n  batch: 1\n  seq: 2048\n  lora: {rank: 8, targets: all-linear}\n  grad_checkpointing: full\nparallel: {dp: 8, zero: 3}\n' \
+  >"$D/glm45.yaml"
+t "a built-in command's memory budget holds a 355B MoE" 0 '"device_total_bytes"' \
+  '"$V" estimate glm45.yaml --json'
+t "the same under a script's 256 MiB"                  1 "memory budget of 256 MiB was reached" \
+  '"$V" --max-memory 256 estimate glm45.yaml --json'
+
 [ "$skipped" -gt 0 ] && echo "($skipped known-bug case(s) skipped)"
 echo "cli: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
