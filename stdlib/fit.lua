@@ -1,6 +1,7 @@
 -- The largest value of one knob that fits a GPU, found by searching the
 -- simulator (never by extrapolation), and cheap knob combinations that fit.
 local step = require("stdlib.step")
+local swap = require("stdlib.swap_optimizer")
 local frameworks = require("stdlib.frameworks")
 local errors = require("stdlib.errors")
 local par = require("stdlib.parallel")
@@ -9,15 +10,17 @@ local M = {}
 
 -- Bytes a run needs on the device: reserved peak plus framework overhead.
 -- search (optional): parallel.search(run the runs are made from), shared by
--- the runs of a search that reads only the need and at_peak.
-function M.need(run, search)
+-- the runs of a search that reads only the need and at_peak. rec
+-- (optional, one GPU): a stdlib/swap_optimizer.lua recorder the step is
+-- recorded into.
+function M.need(run, search, rec)
   if run.parallel then -- the largest rank's device total (stdlib/parallel.lua)
     local b = par.budget(run, nil, search)
     local at = setmetatable({}, { __index = function() return 0 end })
     for _, it in ipairs(b.breakdown) do at[it.category] = it.bytes end
     return b.device_total_bytes, { at_peak = at, budget = b }
   end
-  local st = step.run(run)
+  local st = step.run(run, rec)
   return frameworks.need(frameworks.of(run), st.peak_reserved), st
 end
 
@@ -250,6 +253,8 @@ function M.apply(run, levers)
   return r
 end
 
+local OPTIMIZER = { optimizer = true }
+
 -- A lever must save at least this share of what the run needs without it:
 -- below 1 % a budget cannot tell it from nothing.
 M.MIN_SAVING = 0.01
@@ -273,8 +278,26 @@ function M.knobs(run, budget, depth)
   local items, index = {}, {}
   for _, m in ipairs(M.levers(run)) do items[#items + 1] = m; index[m.name] = #items end
   -- combinations that edit the run into the same run (QLoRA after LoRA,
-  -- checkpointing policies over each other) are simulated once
-  local memo, by_run, search = {}, {}, par.search(run)
+  -- checkpointing policies over each other) are simulated once, and on one
+  -- GPU those that differ only in the optimizer (8-bit AdamW, bf16 states,
+  -- Adafactor) priced on one recorded step (stdlib/swap_optimizer.lua)
+  local memo, by_run, search, steps = {}, {}, par.search(run), {}
+  local function one_gpu(r, touched)
+    local body = runs.key(r, run, OPTIMIZER, touched)
+    local rec = steps[body]
+    if rec then
+      local st = swap.price(rec, r)
+      return frameworks.need(frameworks.of(r), st.peak_reserved), st
+    end
+    rec = swap.recorder()
+    local need, st = M.need(r, nil, rec)
+    if swap.ready(rec) then steps[body] = rec end
+    return need, st
+  end
+  local function priced(r, touched)
+    if r.parallel then return M.need(r, search) end
+    return one_gpu(r, touched)
+  end
   local function need_of(mask)
     if not memo[mask] then
       local chosen = {}
@@ -287,8 +310,8 @@ function M.knobs(run, budget, depth)
           -- a lever the model refuses (a fused loss under autocast or on a
           -- VLM's head) makes no run; the run as given is never refused here
           local ok, need, st
-          if mask == 0 then ok, need, st = true, M.need(r, search)
-          else ok, need, st = pcall(M.need, r, search) end
+          if mask == 0 then ok, need, st = true, priced(r, touched)
+          else ok, need, st = pcall(priced, r, touched) end
           if not ok and type(need) ~= "table" then error(need, 0) end -- a bug, not a refusal
           by_run[key] = ok and { need = need, st = st } or { invalid = true }
         end

@@ -243,7 +243,10 @@ function M.repeat_steps(S, n, step)
   end
 end
 
-function M.simulate(family, run)
+-- rec (optional): stdlib/swap_optimizer.lua's recorder, told the seams of
+-- a training step so that other optimizers can be priced on it (not
+-- under a jitted framework, a timeline or a compiled-estimate probe).
+function M.simulate(family, run, rec)
   local S = M.new_sim(run)
   local all = S.params -- every parameter, in creation order (tied weights once)
   local pol, check = policies(run)
@@ -259,9 +262,12 @@ function M.simulate(family, run)
   check()
   local train = run.mode == "train"
   local trainable = trainable_params(S, all)
+  if not train or S.jit or run.timeline or run.trace then rec = nil end
+  if rec then rec:setup_done(S, trainable) end
   local before_state = S.tape:live()
   if train then optim.init_state(S, trainable, run.optimizer) end
   local state_bytes = S.tape:live() - before_state
+  if rec then rec:states_done(S) end
   local inputs = family.inputs(S, run, model)
   local ends, base = {}, tape:live()
   local outs
@@ -280,9 +286,11 @@ function M.simulate(family, run)
       S:drop(l)
     end)
     ends.backward_end = tape:live()
+    if rec then rec:backward_done(S) end
     tape:phase("optimizer")
     optim.step(S, trainable, run.optimizer)
     ends.optimizer_end = tape:live()
+    if rec then rec:step_done(S) end
     tape:phase("zero_grad")
     tape:zero_grad()
     xla.end_outputs(S, outs)
@@ -300,6 +308,7 @@ function M.simulate(family, run)
     S:drop(logits)
   end
   for _, x in ipairs(inputs) do S:drop(x) end
+  if rec then rec:finished(S) end
   local st = tape:stats()
   st.baseline, st.phase_end = base, ends
   st.paged_state_bytes = S.paged_state_bytes -- bitsandbytes' paged states (stdlib/optim.lua)
@@ -311,9 +320,10 @@ end
 
 -- The simulation a run asks for: an RL update or one ordinary step, of the
 -- run's simulator module (run.sim, put there by stdlib/spec.lua).
-function M.run(run)
+-- rec (optional): as in M.simulate (not for an RL update).
+function M.run(run, rec)
   if run.rl then return require("stdlib.rl").simulate(run.sim, run) end
-  return M.simulate(run.sim, run)
+  return M.simulate(run.sim, run, rec)
 end
 
 M.loss = loss

@@ -552,6 +552,12 @@ static int l_live(lua_State *L) {
   return 2;
 }
 
+/* t[k] = v for the table on top of the stack */
+static void set_int(lua_State *L, const char *k, int64_t v) {
+  lua_pushinteger(L, (lua_Integer)v);
+  lua_setfield(L, -2, k);
+}
+
 static void push_cats(lua_State *L, const int64_t *by) {
   lua_createtable(L, 0, VR_NCAT);
   for (int i = 0; i < VR_NCAT; i++) {
@@ -577,12 +583,9 @@ static int l_stats(lua_State *L) {
   /* Lua allocates from here on, and a collection step may run a finalizer
    * that closes this tape: every read from it goes through check again */
   lua_createtable(L, 0, 7);
-  lua_pushinteger(L, (lua_Integer)s.live);
-  lua_setfield(L, -2, "live");
-  lua_pushinteger(L, (lua_Integer)s.peak);
-  lua_setfield(L, -2, "peak");
-  lua_pushinteger(L, (lua_Integer)s.peak_reserved);
-  lua_setfield(L, -2, "peak_reserved");
+  set_int(L, "live", s.live);
+  set_int(L, "peak", s.peak);
+  set_int(L, "peak_reserved", s.peak_reserved);
   lua_pushstring(L, vr_tape_string(check(L), s.peak_phase));
   lua_setfield(L, -2, "peak_phase");
   if (s.peak_label >= 0) {
@@ -602,6 +605,28 @@ static int l_stats(lua_State *L) {
     lua_setfield(L, -2, vr_tape_string(check(L), i));
   }
   lua_setfield(L, -2, "phase_peaks");
+  return 1;
+}
+
+/* t:window(): peaks are measured from here on (vr_tape_window_open) */
+static int l_window(lua_State *L) {
+  vr_tape_window_open(check(L));
+  return 0;
+}
+
+/* t:window_peaks() -> {start, rstart, peak, rpeak, at_peak = {cat = bytes}}:
+ * live and reserved bytes when the window opened, the highest of each
+ * since, and each category when live first reached its highest */
+static int l_window_peaks(lua_State *L) {
+  vr_tape_window w;
+  vr_tape_window_get(check(L), &w);
+  lua_createtable(L, 0, 5);
+  set_int(L, "start", w.start);
+  set_int(L, "rstart", w.rstart);
+  set_int(L, "peak", w.peak);
+  set_int(L, "rpeak", w.rpeak);
+  push_cats(L, w.peak_by_cat);
+  lua_setfield(L, -2, "at_peak");
   return 1;
 }
 
@@ -884,7 +909,8 @@ static const luaL_Reg methods[] = {
     {"capture_end", l_capture_end}, {"capture_repeat", l_capture_repeat},
     {"node_of", l_node_of}, {"drop_of", l_drop_of}, {"echo", l_echo},
     {"echo_end", l_echo_end}, {"echo_replay", l_echo_replay},
-    {"live_by_category", l_live_by_category},
+    {"live_by_category", l_live_by_category}, {"window", l_window},
+    {"window_peaks", l_window_peaks},
     {NULL, NULL}};
 
 static const luaL_Reg meta[] = {{"__gc", l_gc},

@@ -104,6 +104,8 @@ struct vr_tape {
   bulk bulks[VR_MAX_BULKS];
   int nbulks;
   int64_t watch_peak, watch_rpeak;
+  bool win_open;      /* a window is open (vr_tape_window_open) */
+  vr_tape_window win;
   vr_trace *trace;    /* recording a compiled estimate, or NULL */
   bool quiet;         /* accounting that the trace records as a bulk op */
   int marks;          /* marks recorded so far */
@@ -218,6 +220,8 @@ void vr_tape_reset(vr_tape *t) {
   t->cap_first = t->cap_next = 0;
   t->timeline = t->recompute = false;
   memset(&t->st, 0, sizeof t->st);
+  t->win_open = false;
+  memset(&t->win, 0, sizeof t->win);
   memset(t->phase_peak.v, 0, t->phase_peak.cap * sizeof *t->phase_peak.v);
   t->st.peak_label = -1;
   t->recording = false;
@@ -367,6 +371,13 @@ static vr_status account_r(vr_tape *t, int64_t delta, int64_t block, int cat, in
     t->st.peak_phase = t->phase;
     t->st.peak_label = label;
     memcpy(t->st.peak_by_cat, t->st.live_by_cat, sizeof t->st.peak_by_cat);
+  }
+  if (t->win_open) {
+    if (live > t->win.peak) {
+      t->win.peak = live;
+      memcpy(t->win.peak_by_cat, t->st.live_by_cat, sizeof t->win.peak_by_cat);
+    }
+    if (reserved > t->win.rpeak) t->win.rpeak = reserved;
   }
   return VR_OK;
 }
@@ -1154,6 +1165,15 @@ int64_t vr_tape_bytes(const vr_tape *t, int64_t id) {
 }
 
 void vr_tape_stats_get(const vr_tape *t, vr_tape_stats *s) { *s = t->st; }
+
+void vr_tape_window_open(vr_tape *t) {
+  t->win_open = true;
+  t->win.start = t->win.peak = t->st.live;
+  t->win.rstart = t->win.rpeak = t->st.reserved;
+  memcpy(t->win.peak_by_cat, t->st.live_by_cat, sizeof t->win.peak_by_cat);
+}
+
+void vr_tape_window_get(const vr_tape *t, vr_tape_window *w) { *w = t->win; }
 
 int64_t vr_tape_phase_peak(const vr_tape *t, int index) {
   return (index >= 0 && (size_t)index < t->strings.n) ? t->phase_peak.v[index] : 0;

@@ -204,6 +204,22 @@ typedef struct {
 } vr_tape_stats;
 
 void vr_tape_stats_get(const vr_tape *t, vr_tape_stats *s);
+
+/* A window: the peaks reached since vr_tape_window_open, both starting at
+ * the live and reserved bytes it opened with. A front end that prices
+ * several runs differing only in allocations alive from before the window
+ * to after it (the optimizer states, stdlib/swap_optimizer.lua) shifts a window's
+ * peaks by the difference: live and reserved are sums over allocations, so
+ * the moment a window peaks does not move. Opening one spoils nothing; one
+ * window at a time, reset by vr_tape_reset. */
+typedef struct {
+  int64_t start, rstart;         /* live and reserved bytes when it opened */
+  int64_t peak, rpeak;           /* the highest since */
+  int64_t peak_by_cat[VR_NCAT];  /* each category when live first reached peak */
+} vr_tape_window;
+
+void vr_tape_window_open(vr_tape *t);
+void vr_tape_window_get(const vr_tape *t, vr_tape_window *w);
 const char *vr_tape_string(const vr_tape *t, int index);
 /* Interned strings: how many, and the peak reached while each was the
  * phase (0 for labels and phases never reached). */

@@ -47,6 +47,7 @@ local MODULES = {
   "test_json_yaml",
   "test_run",
   "test_simulator",
+  "test_swap_optimizer",
   "test_adapters",
   "test_recipes",
   "test_models",

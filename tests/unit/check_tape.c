@@ -1020,6 +1020,44 @@ START_TEST(an_echoed_layer_should_equal_the_layer_walked) {
 }
 END_TEST
 
+/* A window measures from where it opens: an earlier, higher peak is not
+ * its own; its peak is the first moment live bytes were highest, with
+ * each category's bytes then; reserved counts blocks (512 B here). */
+START_TEST(a_window_should_measure_peaks_from_where_it_opens) {
+  vr_tape_rounding(t, 512, 1 << 20, 2 << 20);
+  int64_t big = alloc(1000, VR_CAT_ACTIV); /* live 1000, reserved 1024 */
+  OK(vr_tape_drop(t, big));                /* 0 */
+  (void)param(100);                        /* live 100, reserved 512 */
+  vr_tape_window_open(t);
+  vr_tape_window w;
+  vr_tape_window_get(t, &w);
+  ck_assert_int_eq(w.start, 100);
+  ck_assert_int_eq(w.rstart, 512);
+  ck_assert_int_eq(w.peak, 100);
+  int64_t a = alloc(300, VR_CAT_ACTIV);    /* 400; reserved 1024 */
+  OK(vr_tape_drop(t, a));                  /* 100 */
+  int64_t g = alloc(300, VR_CAT_GRADS);    /* 400 again: not a new peak */
+  OK(vr_tape_temp(t, 200, VR_CAT_TEMP, -1)); /* 600 - 200: reserved 1536 for a moment */
+  (void)g;
+  vr_tape_window_get(t, &w);
+  ck_assert_int_eq(w.start, 100);
+  ck_assert_int_eq(w.peak, 600);
+  ck_assert_int_eq(w.rpeak, 1536);
+  ck_assert_int_eq(w.peak_by_cat[VR_CAT_WEIGHTS], 100);
+  ck_assert_int_eq(w.peak_by_cat[VR_CAT_GRADS], 300);
+  ck_assert_int_eq(w.peak_by_cat[VR_CAT_TEMP], 200);
+  ck_assert_int_eq(w.peak_by_cat[VR_CAT_ACTIV], 0);
+  ck_assert_int_eq(peak(), 1000); /* the tape's own peak is the earlier one */
+  /* reopening starts over at the live bytes now */
+  vr_tape_window_open(t);
+  vr_tape_window_get(t, &w);
+  ck_assert_int_eq(w.start, 400);
+  ck_assert_int_eq(w.peak, 400);
+  ck_assert_int_eq(w.peak_by_cat[VR_CAT_GRADS], 300);
+  ck_assert_int_eq(w.peak_by_cat[VR_CAT_TEMP], 0);
+}
+END_TEST
+
 static Suite *tape_suite(void) {
   Suite *s = suite_create("tape");
   TCase *tc = tcase_create("names");
@@ -1093,6 +1131,11 @@ static Suite *tape_suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, captured_layers_should_equal_layers_built_one_by_one);
   tcase_add_test(tc, an_echoed_layer_should_equal_the_layer_walked);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("window");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, a_window_should_measure_peaks_from_where_it_opens);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("reset");
