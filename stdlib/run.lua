@@ -23,7 +23,8 @@ R.FIELDS = {
     .. "printed as assumptions)" },
   id = { "a measured case's id (tests/truth)" },
   config_path = { "the model config's path, for errors" },
-  hf_config = { "the model config as read (observed.lua reads its torch_dtype)" },
+  hf_config = { "the model config as read (observed.lua reads its torch_dtype); never "
+    .. "edited: run.copy shares it" },
   -- the step's shape
   mode = { "train | inference | generate (an RL update is train with `rl`)", "train" },
   batch = { "sequences (images for a ViT) per micro-batch, per GPU", required = true },
@@ -135,7 +136,11 @@ function R.with(run, changes)
 end
 
 -- A deep copy to change nested fields in (r.text.heads, r.optimizer.name);
--- the simulator module is shared, not copied.
+-- the simulator module and the model config as read are shared, not
+-- copied: nothing edits them, and a search copies its run once per
+-- candidate (the config was half of what a copy wrote, and shared, run.key
+-- compares it at once).
+local SHARED = { sim = true, hf_config = true }
 local function deep(t)
   local c = {}
   for k, v in pairs(t) do c[k] = type(v) == "table" and deep(v) or v end
@@ -143,69 +148,145 @@ local function deep(t)
 end
 function R.copy(run)
   local r = {}
-  for k, v in pairs(run) do r[k] = (type(v) == "table" and k ~= "sim") and deep(v) or v end
+  for k, v in pairs(run) do r[k] = (type(v) == "table" and not SHARED[k]) and deep(v) or v end
   return r
 end
 
 -- A run as a string that equal runs share: keys sorted, the simulator
 -- module (sim) and functions by identity, a table met again (shared or a
 -- cycle) by the order it was first met in.
+local mtype = math.type
 local function mixed_less(a, b)
   local ta, tb = type(a), type(b)
   if ta ~= tb then return ta < tb end
   if ta == "number" or ta == "string" then return a < b end
   return tostring(a) < tostring(b)
 end
-local function canonical(t, out, seen)
-  seen.n = seen.n + 1
-  seen[t] = seen.n
-  local keys, plain = {}, true
-  for k in pairs(t) do
-    keys[#keys + 1] = k
-    plain = plain and type(k) == "string"
-  end
-  table.sort(keys, not plain and mixed_less or nil) -- strings alone: the same order
-  local n = #out + 1
-  out[n] = "{"
-  for _, k in ipairs(keys) do
-    local v = t[k]
-    -- strings by length and bytes (a comma or brace inside one is not one)
-    n = n + 1
-    out[n] = type(k) == "string" and (#k .. ":" .. k .. "=") or ("[" .. tostring(k) .. "]=")
-    if type(v) == "table" and k ~= "sim" then
-      if seen[v] then
-        n = n + 1
-        out[n] = "@" .. seen[v]
-      else
-        canonical(v, out, seen)
-        n = #out
-      end
-    elseif type(v) == "string" then
-      n = n + 1
-      out[n] = #v .. ":" .. v
-    else
-      n = n + 1
-      out[n] = type(v) .. ":" .. tostring(v)
+-- The pieces that recur from run to run (field names, short strings,
+-- integers), each written once: formatting lengths and integers was most of
+-- a key's cost (fit --knobs writes a layout's 30 fields per combination).
+-- A value's piece ends in its comma. Floats are written each time (0.0 and
+-- -0.0 are one table key, two strings). A table of pieces holds at most
+-- MEMO of them, then starts again: a long search cannot grow it unbounded.
+local MEMO, MEMO_LEN = 4096, 256
+local function pieces(make)
+  local n = 0
+  return setmetatable({}, { __index = function(t, x)
+    local s = make(x)
+    if n >= MEMO then
+      for k in pairs(t) do t[k] = nil end
+      n = 0
     end
     n = n + 1
-    out[n] = ","
+    rawset(t, x, s)
+    return s
+  end })
+end
+local KEY = pieces(function(k) return #k .. ":" .. k .. "=" end)
+local INDEX = pieces(function(k) return "[" .. k .. "]=" end) -- integer keys
+local STR = pieces(function(v) return #v .. ":" .. v .. "," end) -- strings by length and bytes
+local INT = pieces(function(v) return "number:" .. v .. "," end) -- integers only
+-- The sorted keys of the tables written last, by their first key in pairs
+-- order and their count: tables of one kind (a layout, an optimizer) come
+-- again and again with the same keys, and checking that a table has a
+-- list's keys costs less than sorting them. Kept only for keys all strings
+-- or all numbers (their order is the set's alone) of tables without a
+-- metatable (pairs and rawget see the same keys).
+local SORTED, sorted_n = {}, 0
+local function sorted_keys(t)
+  local plain, first, nk = getmetatable(t) == nil, nil, 0
+  if plain then
+    first = next(t)
+    if first == nil then return SORTED, 0 end -- no key: any list, none read
+    for _ in next, t do nk = nk + 1 end
+    local by = SORTED[first]
+    local keys = by and by[nk]
+    if keys then
+      for i = 1, nk do
+        if rawget(t, keys[i]) == nil then keys = nil break end
+      end
+      if keys then return keys, nk end
+    end
   end
-  out[n + 1] = "}"
-  return out
+  local keys = {}
+  local strings, numbers, n = true, true, 0
+  for k in pairs(t) do
+    n = n + 1
+    keys[n] = k
+    local tk = type(k)
+    strings = strings and tk == "string"
+    numbers = numbers and tk == "number"
+  end
+  -- strings alone or numbers alone: the default order is mixed_less's
+  table.sort(keys, not (strings or numbers) and mixed_less or nil)
+  if plain and (strings or numbers) then
+    if sorted_n >= MEMO then SORTED, sorted_n = {}, 0 end
+    if not SORTED[first] then SORTED[first] = {} end
+    SORTED[first][nk], sorted_n = keys, sorted_n + 1
+  end
+  return keys, n
+end
+
+-- Writes t from out[n + 1] on, but its closing brace (the caller's: "}" or
+-- "},"); returns the last index written.
+local function canonical(t, out, n, seen)
+  local id = seen.n + 1
+  seen.n, seen[t] = id, id
+  local keys, nk = sorted_keys(t)
+  n = n + 1
+  out[n] = "{"
+  for i = 1, nk do
+    local k = keys[i]
+    local v = t[k]
+    n = n + 1
+    if type(k) == "string" then
+      out[n] = KEY[k]
+    elseif mtype(k) == "integer" then
+      out[n] = INDEX[k]
+    else
+      out[n] = "[" .. tostring(k) .. "]="
+    end
+    local tv = type(v)
+    if tv == "table" and k ~= "sim" then
+      if seen[v] then
+        n = n + 1
+        out[n] = "@" .. seen[v] .. ","
+      else
+        n = canonical(v, out, n, seen) + 1
+        out[n] = "},"
+      end
+    else
+      n = n + 1
+      if tv == "string" then
+        out[n] = #v <= MEMO_LEN and STR[v] or (#v .. ":" .. v .. ",")
+      elseif mtype(v) == "integer" then
+        out[n] = INT[v]
+      elseif tv == "boolean" then
+        out[n] = v and "boolean:true," or "boolean:false,"
+      else
+        out[n] = tv .. ":" .. tostring(v) .. ","
+      end
+    end
+  end
+  return n
 end
 
 -- Whether a and b write out the same (canonical above), found without
--- writing them: numbers of one subtype (1 is not 1.0), tables by content
--- except under the key sim. For tables shared nowhere (a run.copy and its
--- edits): a table met twice would be written as a back-reference.
+-- writing them: numbers of one subtype (1 is not 1.0; equal floats write
+-- the same but 0.0 and -0.0), tables by content except under the key sim.
+-- For tables shared nowhere (a run.copy and its edits): a table met twice
+-- would be written as a back-reference.
 local function same(a, b, key)
   if a == b then
-    local ma = math.type(a)
-    return ma == math.type(b) and (ma ~= "float" or tostring(a) == tostring(b))
+    local ma = mtype(a)
+    if not ma then return true end
+    return ma == mtype(b) and (ma == "integer" or a ~= 0 or 1 / a == 1 / b)
   end
   if type(a) ~= "table" or type(b) ~= "table" or key == "sim" then return false end
   for k, v in pairs(a) do
-    if not same(v, b[k], k) then return false end
+    local w = b[k]
+    -- equal and not a number: the same (the call would say so)
+    if (v ~= w or mtype(v)) and not same(v, w, k) then return false end
   end
   for k in pairs(b) do
     if a[k] == nil then return false end
@@ -219,17 +300,30 @@ end
 -- bases must not be compared by it. skip: field names left out (fields the
 -- caller knows its result does not read). only (optional): the fields that
 -- may differ (the rest are known to be base's; the string is the same).
+local scratch, writing = {}, false
 function R.key(r, base, skip, only)
-  local diff, gone = {}, {}
+  local diff = {}
   for k in pairs(only or r) do
     local v = r[k]
-    if not (skip and skip[k]) and v ~= nil and not same(v, base[k], k) then diff[k] = v end
+    if v ~= nil and not (skip and skip[k]) and not same(v, base[k], k) then diff[k] = v end
   end
+  -- one buffer for every key (table.concat reads 1..n); a key written
+  -- while another is (a __tostring that asks for one) gets its own
+  local out = writing and {} or scratch
+  writing = true
+  local n = canonical(diff, out, 0, { n = 0 }) + 1
+  out[n] = "}-"
+  local gone, ng = {}, 0
   for k in pairs(only or base) do
-    if r[k] == nil and base[k] ~= nil and not (skip and skip[k]) then gone[#gone + 1] = k end
+    if r[k] == nil and base[k] ~= nil and not (skip and skip[k]) then
+      ng = ng + 1
+      gone[ng] = k
+    end
   end
-  table.sort(gone)
-  return table.concat(canonical(diff, {}, { n = 0 })) .. "-" .. table.concat(gone, ",")
+  if ng > 1 then table.sort(gone) end
+  local key = table.concat(out, "", 1, n)
+  writing = out ~= scratch and writing
+  return ng == 0 and key or key .. table.concat(gone, ",")
 end
 
 return R

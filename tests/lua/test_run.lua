@@ -58,6 +58,110 @@ function tests.copies_share_a_key_exactly_when_equal()
     R.key(r, base))
 end
 
+-- The same contract over many edited copies (a random walk, seeded): the
+-- keys of two copies are equal exactly when their fields are, compared here
+-- by an independent writer (numbers by subtype and %a, which tells -0.0
+-- from 0.0; tables by content). Nested tables of one size with different
+-- key sets, and layouts met again, exercise the keys' remembered orders.
+function tests.keys_are_equal_exactly_when_the_runs_are()
+  local seed = 12345
+  local function rand(n) -- a linear congruential generator: the same walk everywhere
+    seed = (seed * 1103515245 + 12345) % 2147483648
+    return seed % n + 1
+  end
+  local VALUES = { 1, 1.0, 2, 0.0, -0.0, 0, "a", "b", "", true, false, 1.5, 2 ^ 60 }
+  local NAMES = { "p", "q", "r", "s", "t" }
+  local function nested()
+    local t = {}
+    for _ = 1, 3 do t[NAMES[rand(#NAMES)]] = VALUES[rand(#VALUES)] end
+    if rand(3) == 1 then t[rand(3)] = VALUES[rand(#VALUES)] end -- a numeric key beside them
+    return t
+  end
+  local base = bare({ optimizer = { name = "adamw", state_dtype = "fp32" },
+    lora = { r = 8, targets = { "q_proj", "v_proj" } } })
+  local variants = {}
+  for i = 1, 200 do
+    local r = R.copy(base)
+    for _ = 1, rand(3) do
+      local what = rand(6)
+      if what == 1 then r.batch = VALUES[rand(#VALUES)]
+      elseif what == 2 then r.optimizer[NAMES[rand(#NAMES)]] = VALUES[rand(#VALUES)]
+      elseif what == 3 then r.lora = rand(4) == 1 and nil or nested()
+      elseif what == 4 then r.parallel = nested()
+      elseif what == 5 then r.ckpt = nil
+      elseif r.lora and r.lora.targets then r.lora.targets[rand(3)] = NAMES[rand(#NAMES)] end
+    end
+    variants[i] = r
+  end
+  local function same(a, b)
+    if type(a) ~= type(b) then return false end
+    if type(a) == "number" then
+      return math.type(a) == math.type(b) and ("%a"):format(a) == ("%a"):format(b)
+    end
+    if type(a) ~= "table" or a.takes_text then return a == b end -- the simulator by identity
+    for k, v in pairs(a) do if not same(v, b[k]) then return false end end
+    for k in pairs(b) do if a[k] == nil then return false end end
+    return true
+  end
+  local keys, equal_pairs = {}, 0
+  for i, r in ipairs(variants) do keys[i] = R.key(r, base) end
+  for i = 1, #variants do
+    for j = i + 1, #variants do
+      local eq = same(variants[i], variants[j])
+      if eq then equal_pairs = equal_pairs + 1 end
+      if eq ~= (keys[i] == keys[j]) then
+        T.ok(false, ("copies %d and %d: equal %s, keys equal %s"):format(i, j, tostring(eq),
+          tostring(keys[i] == keys[j])))
+      end
+    end
+  end
+  T.ok(equal_pairs > 0, "the walk makes some equal copies")
+  -- told the fields that may differ, the same keys
+  for i, r in ipairs(variants) do
+    T.eq(R.key(r, base, nil, { batch = true, optimizer = true, lora = true, parallel = true,
+      ckpt = true }), keys[i])
+  end
+end
+
+-- 0.0 and -0.0 are equal numbers written apart; integers and floats too.
+function tests.a_key_tells_negative_zero_and_subtypes_apart()
+  local base = bare({ optimizer = { name = "adamw", weight_decay = 0.0 } })
+  local function with(v)
+    local r = R.copy(base)
+    r.optimizer.weight_decay = v
+    return R.key(r, base)
+  end
+  T.eq(with(0.0), R.key(base, base))
+  T.ok(with(-0.0) ~= with(0.0), "-0.0 is not 0.0")
+  T.ok(with(0) ~= with(0.0), "0 is not 0.0")
+  T.eq(with(-0.0), with(-0.0))
+end
+
+-- Writing a key is not spoilt by a key written inside it (a __tostring of
+-- a value written by identity), nor by more distinct pieces than a key
+-- remembers.
+function tests.keys_survive_nesting_and_many_distinct_pieces()
+  local base = bare()
+  local inner
+  local sim = setmetatable({}, { __tostring = function()
+    inner = R.key(R.with(base, { batch = 7 }), base)
+    return "the simulator"
+  end })
+  local plain = setmetatable({}, { __tostring = function() return "the simulator" end })
+  local with_inner = R.key(R.with(base, { sim = sim, seq = 9 }), base)
+  T.ok(inner ~= nil, "the inner key was written")
+  T.eq(with_inner, R.key(R.with(base, { sim = plain, seq = 9 }), base))
+  T.eq(inner, R.key(R.with(base, { batch = 7 }), base))
+  local function many(offset)
+    local t = {}
+    for i = 1, 6000 do t[i] = i * 7 + offset; t["f" .. i] = "v" .. (i + offset) end
+    return R.key(R.with(base, { hf_config = t }), base)
+  end
+  local a = many(0)
+  T.eq(many(0), a)
+  T.ok(many(1) ~= a, "different contents, different keys")
+end
+
 function tests.a_bare_run_gets_the_documented_defaults()
   local r = bare()
   T.eq(r.mode, "train")
@@ -105,6 +209,9 @@ function tests.a_derived_run_leaves_the_original_alone()
   T.eq(r.text.heads, 8)
   T.eq(r.optimizer.name, "adamw")
   T.ok(c.sim == r.sim, "copy: the simulator module is shared")
+  local h = R.copy(R.with(r, { hf_config = { num_hidden_layers = 2 } }))
+  T.ok(h.hf_config ~= nil and R.copy(h).hf_config == h.hf_config,
+    "copy: the model config as read is shared (never edited)")
 end
 
 -- One default for both dialects: a spec that names no framework is the
