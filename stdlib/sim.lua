@@ -72,9 +72,13 @@ end
 -- (Megatron sequence parallelism: row-parallel outputs and the embedding
 -- leave each rank with 1/k of the rows; norms and residuals then follow).
 function Sim:new_tensor(n, dt, label, rg, cat)
-  local k = self.split and self.split[label]
-  if k then n = n // k end
-  local b = self:bytes(dt, n)
+  local split = self.split
+  if split then
+    local k = split[label]
+    if k then n = n // k end
+  end
+  local by = self.sizes[dt] -- Sim:bytes's memo read here: every op comes this way
+  local b = by and by[n] or self:bytes(dt, n)
   return { id = self.tape:alloc(b, cat or self.cat, label), n = n, dt = dt, b = b,
            rg = rg and self.grad or false }
 end
@@ -281,11 +285,17 @@ function Sim:build_layers(n, build, uniform)
     local A = fold(self.adapters_later, na, { group = true, count = n })
     A.list, A.params = A.params, nil
   end
-  local memo = {}
-  holds(template, memo)
+  -- which of the template's tables hold parameters, found on the first
+  -- read of a copy (a composed step reads none: stdlib/compose.lua takes
+  -- the group's edges from the template itself)
+  local memo
   setmetatable(ls, {
     __index = function(t, i)
       if math.type(i) ~= "integer" or i < 2 or i > n then return nil end
+      if not memo then
+        memo = {}
+        holds(template, memo)
+      end
       local l = clone(template, i - 1, G, memo)
       rawset(t, i, l)
       return l
@@ -318,8 +328,10 @@ function Sim:node(label, saved, edges, outs, temp)
 end
 
 -- Whether any of the inputs requires grad (with grad mode on).
-function Sim:rg(...)
+function Sim:rg(a, b, c, ...)
   if not self.grad then return false end
+  -- (the callers pass at most three: no select() over them)
+  if a and a.rg or b and b.rg or c and c.rg then return true end
   for i = 1, select("#", ...) do
     local x = select(i, ...)
     if x and x.rg then return true end
@@ -331,6 +343,7 @@ end
 -- edges as in Sim:node. temps (optional): { fwd = bytes the forward
 -- allocates and frees, bwd = bytes the backward does } (a cast copy of a
 -- mixed-dtype operand, a kernel's scratch).
+local OUTS = {} -- Sim:op's output list, read by node_of and emptied again
 function Sim:op(label, n, dt, ins, saved, edges, temps)
   local rg = false
   if self.grad then -- Sim:rg(table.unpack(ins)), without the unpacking
@@ -340,9 +353,15 @@ function Sim:op(label, n, dt, ins, saved, edges, temps)
     end
   end
   local out = self:new_tensor(n, dt, label, rg)
-  local fwd = temps and temps.fwd
-  if fwd and fwd > 0 then self:temp(fwd, label) end
-  if out.rg then self:node(label, saved, edges, { out }, temps and temps.bwd) end
+  if temps then
+    local fwd = temps.fwd
+    if fwd and fwd > 0 then self.tape:temp(fwd, "temporaries", label) end
+  end
+  if rg then -- (out.rg: rg with grad mode on)
+    OUTS[1] = out
+    self.tape:node_of(saved, edges, OUTS, temps and temps.bwd, label)
+    OUTS[1] = nil
+  end
   return out
 end
 
