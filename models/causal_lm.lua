@@ -77,7 +77,7 @@ local function add_aux(S, P, run, l, kept)
   -- required here: a dense model's process never loads stdlib/moe.lua
   local aux = require("stdlib.moe").aux_loss(S, kept, run.batch * run.seq, P.m.moe, "aux_loss")
   for _, lg in ipairs(kept) do S:drop(lg) end
-  local scaled = S:op("aux_loss.coef", 1, aux.dt, { aux }, {}, { { aux } })
+  local scaled = S:op1("aux_loss.coef", 1, aux.dt, aux)
   S:drop(aux)
   local total = S:op("loss.add_aux", 1, "fp32", { l, scaled }, {},
     { { l, alias = 1 }, { scaled, alias = 1 } })

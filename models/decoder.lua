@@ -552,7 +552,7 @@ local function cross_forward(S, P, l, x, ctx, idx)
   local o = layers.linear(S, attn, l.o, rows)
   S:drop(attn, qn, k, v, n1)
   -- tanh(gate) * o: the gate's gradient needs o
-  local g = S:op("cross_attn_attn_gate", o.n, o.dt, { o }, { o }, { { o } })
+  local g = S:op1("cross_attn_attn_gate", o.n, o.dt, o, o)
   S:drop(o)
   local h1 = layers.add(S, x, g, "residual")
   S:drop(g)
@@ -560,11 +560,11 @@ local function cross_forward(S, P, l, x, ctx, idx)
   local d = layers.swiglu(S, n2, l.mlp, rows, "mlp")
   S:drop(n2)
   if cr.row_mask ~= false then -- full_text_row_masked_out_mask * the MLP output
-    local masked = S:op("full_text_row_masked_out_mask", d.n, d.dt, { d }, {}, { { d } })
+    local masked = S:op1("full_text_row_masked_out_mask", d.n, d.dt, d)
     S:drop(d)
     d = masked
   end
-  local g2 = S:op("cross_attn_mlp_gate", d.n, d.dt, { d }, { d }, { { d } })
+  local g2 = S:op1("cross_attn_mlp_gate", d.n, d.dt, d, d)
   S:drop(d)
   local out = layers.add(S, h1, g2, "residual")
   S:drop(g2, h1, weights)
@@ -653,7 +653,7 @@ local function layer_forward(S, P, l, x, ctx, idx)
   elseif l.mlp.gate_up then -- gate_up_proj, chunk(2), act(gate) * up
     local gu = layers.linear(S, n2, l.mlp.gate_up, rows)
     local half = { id = gu.id, n = gu.n // 2, dt = gu.dt, b = gu.b // 2, rg = gu.rg }
-    local act = S:op("mlp.act", half.n, gu.dt, { gu }, { gu }, { { gu, gu.b } })
+    local act = S:op1("mlp.act", half.n, gu.dt, gu, gu)
     local prod = S:new_tensor(half.n, gu.dt, "mlp.mul", S:rg(act, gu))
     S:node("mlp.mul", { act, gu }, { { act }, { gu, gu.b } }, { prod })
     S:drop(act, gu)
@@ -941,7 +941,7 @@ function D.embed(S, P, rows)
   local e = layers.embedding(S, P.embed, rows, P.m.hidden, "embed_tokens", P.m.tie)
   if P.embed_lora then e = layers.embedding_lora(S, e, P.embed_lora, rows, "embed_tokens") end
   if P.m.embed_scale then -- Gemma: embeddings * sqrt(hidden_size) in the model dtype
-    local sc = S:op("embed_tokens.scale", e.n, e.dt, { e }, {}, { { e } })
+    local sc = S:op1("embed_tokens.scale", e.n, e.dt, e)
     S:drop(e)
     e = sc
   end

@@ -155,8 +155,7 @@ end
 -- vocab x r gradient), then (after_A @ B.T) * scaling added as in L.linear.
 function L.embedding_lora(S, e, lo, rows, label)
   local dim = e.n // rows
-  local after_a = S:op(label .. ".lora_embedding_A", rows * lo.r, FP32, { lo.a }, {},
-    { { lo.a } })
+  local after_a = S:op1(label .. ".lora_embedding_A", rows * lo.r, FP32, lo.a)
   local ab = matmul(S, after_a, lo.b, nil, rows, dim, label .. ".lora_embedding_B")
   S:drop(after_a)
   return L.lora_add(S, e, ab, label)
@@ -304,20 +303,19 @@ function L.dora(S, x, lin, rows)
   local norm = S:new_tensor(out, FP32, label .. ".dora_norm", false)
   S:drop(sum)
   S.grad = g
-  local scale = S:op(label .. ".dora_scale", out, FP32, { lo.m }, { norm }, { { lo.m, lo.m.b } })
+  local scale = S:op1(label .. ".dora_scale", out, FP32, lo.m, norm)
   S:drop(norm)
   local lin_out = S:new_tensor(rows * out, FP32, label .. ".dora_linear", S:rg(x))
   S:node(label .. ".dora_linear", { w }, { { x, x.b } }, { lin_out })
   local bcast = S:bytes(FP32, rows * out)
-  local m1 = S:op(label .. ".dora_scale_minus_1", out, FP32, { scale }, {},
-    { { scale, alias = 1 } })
+  local m1 = S:op1(label .. ".dora_scale_minus_1", out, FP32, scale, nil, "alias")
   local p1 = S:op(label .. ".dora_mul_base", rows * out, FP32, { m1, lin_out }, { m1, lin_out },
     { { m1, m1.b }, { lin_out, lin_out.b } }, nil, bcast)
   S:drop(m1, lin_out)
   local p2 = S:op(label .. ".dora_mul_lora", rows * out, FP32, { scale, lora_result },
     { scale, lora_result }, { { scale, scale.b }, { lora_result, lora_result.b } }, nil, bcast)
   S:drop(lora_result)
-  local p3 = S:op(label .. ".dora_scaling", rows * out, FP32, { p2 }, {}, { { p2, p2.b } })
+  local p3 = S:op1(label .. ".dora_scaling", rows * out, FP32, p2)
   S:drop(p2)
   local rd = S:op(label .. ".dora_add", rows * out, FP32, { p1, p3 }, {},
     { { p1, alias = 1 }, { p3, alias = 1 } })
@@ -333,7 +331,7 @@ end
 function L.lora_add(S, base, bb, label, cast_first, unscaled)
   local scaled = bb
   if not unscaled then
-    scaled = S:op(label .. ".lora_scale", bb.n, bb.dt, { bb }, {}, { { bb } })
+    scaled = S:op1(label .. ".lora_scale", bb.n, bb.dt, bb)
     S:drop(bb)
   end
   if cast_first then
@@ -355,10 +353,10 @@ end
 -- weight. Returns the fp32 product (rows x dim).
 local function rms_normalized(S, x, rows, label)
   local h = S:to(x, FP32, label .. ".to_fp32")
-  local p = S:op(label .. ".pow", h.n, FP32, { h }, { h }, { { h } }, { bwd = 2 * h.b })
-  local var = S:op(label .. ".mean", rows, FP32, { p }, {}, { { p } })
+  local p = S:op1(label .. ".pow", h.n, FP32, h, h, nil, nil, 2 * h.b)
+  local var = S:op1(label .. ".mean", rows, FP32, p)
   S:drop(p)
-  local v2 = S:op(label .. ".add_eps", rows, FP32, { var }, {}, { { var, alias = 1 } })
+  local v2 = S:op1(label .. ".add_eps", rows, FP32, var, nil, "alias")
   S:drop(var)
   local r = S:new_tensor(rows, FP32, label .. ".rsqrt", S:rg(v2))
   S:node(label .. ".rsqrt", { r }, { { v2 } }, { r })
@@ -405,12 +403,12 @@ end
 -- cap * tanh(x / cap) (Gemma 2's soft-capping): three tensors of x's size,
 -- tanh saving its output.
 function L.softcap(S, x, label)
-  local d = S:op(label .. ".div", x.n, x.dt, { x }, {}, { { x } })
+  local d = S:op1(label .. ".div", x.n, x.dt, x)
   S:drop(x)
   local t = S:new_tensor(d.n, d.dt, label .. ".tanh", S:rg(d))
   S:node(label .. ".tanh", { t }, { { d } }, { t })
   S:drop(d)
-  local out = S:op(label .. ".mul", t.n, t.dt, { t }, {}, { { t } })
+  local out = S:op1(label .. ".mul", t.n, t.dt, t)
   S:drop(t)
   return out
 end
@@ -445,14 +443,12 @@ end
 -- apply_rotary_pos_emb for one of q/k: (x*cos) + (rotate_half(x)*sin).
 function L.rope(S, x, cos, sin, label)
   local dt = S.promote(x.dt, cos.dt)
-  local a = S:op(label .. ".mul_cos", x.n, dt, { x }, { cos }, { { x } },
-    { fwd = mixed(S, x.dt, cos.dt, x.n) })
+  local a = S:op1(label .. ".mul_cos", x.n, dt, x, cos, nil, mixed(S, x.dt, cos.dt, x.n))
   -- rotate_half: cat(-x2, x1); -x2 is a half-size transient. Backward sends
   -- two zero-padded full-size slice gradients to x.
   local rot = S:op(label .. ".rotate_half", x.n, x.dt, { x }, {}, { { x }, { x } },
     { fwd = x.b // 2, bwd = x.b // 2 })
-  local b = S:op(label .. ".mul_sin", x.n, dt, { rot }, { sin }, { { rot } },
-    { fwd = mixed(S, rot.dt, sin.dt, x.n) })
+  local b = S:op1(label .. ".mul_sin", x.n, dt, rot, sin, nil, mixed(S, rot.dt, sin.dt, x.n))
   S:drop(rot)
   local out = S:op(label .. ".add", x.n, dt, { a, b }, {},
     { { a, alias = 1 }, { b, alias = 1 } })
@@ -462,7 +458,7 @@ end
 
 -- A contiguous copy whose gradient passes straight through.
 function L.copy(S, x, label)
-  return S:op(label, x.n, x.dt, { x }, {}, { { x, alias = 1 } })
+  return S:op1(label, x.n, x.dt, x, nil, "alias")
 end
 
 -- bmm(a, b): saves both operands (those the other side's gradient needs).
@@ -517,8 +513,8 @@ function L.eager_attention(S, q, k, v, mask, a, label)
     kr, vr = S:view(k), S:view(v)
     k_in, v_in, kv_layout = kr, vr, "broadcast"
   elseif groups > 1 then -- repeat_kv: expand + reshape = a contiguous copy
-    kr = S:op(label .. ".repeat_kv", B * H * Tk * D, k.dt, { k }, {}, { { k } })
-    vr = S:op(label .. ".repeat_kv", B * H * Tk * Dv, v.dt, { v }, {}, { { v } })
+    kr = S:op1(label .. ".repeat_kv", B * H * Tk * D, k.dt, k)
+    vr = S:op1(label .. ".repeat_kv", B * H * Tk * Dv, v.dt, v)
     k_in, v_in, kv_layout = kr, vr, "contiguous"
   end
   local contig = merges(kv_layout, Tk)
@@ -526,14 +522,14 @@ function L.eager_attention(S, q, k, v, mask, a, label)
   -- materialises all H heads, and its backward sums them back into x
   local function expanded(x, what, dim)
     if S.autocast and x.dt == FP32 then
-      return S:op(label .. "." .. what .. "_cast", B * H * Tk * dim, S.autocast, { x }, {}, { { x } })
+      return S:op1(label .. "." .. what .. "_cast", B * H * Tk * dim, S.autocast, x)
     end
     if B == 1 then -- a view, whose gradient arrives at the expanded size
       S.tape:retain(x.id)
       return { id = x.id, n = B * H * Tk * dim, dt = x.dt, b = S:bytes(x.dt, B * H * Tk * dim),
         rg = x.rg }
     end
-    return S:op(label .. "." .. what .. "_contiguous", B * H * Tk * dim, x.dt, { x }, {}, { { x } })
+    return S:op1(label .. "." .. what .. "_contiguous", B * H * Tk * dim, x.dt, x)
   end
   local function v_operand()
     return kv_layout == "broadcast" and expanded(v, "v", Dv) or operand(v_in, contig, "v")
@@ -542,14 +538,14 @@ function L.eager_attention(S, q, k, v, mask, a, label)
   local q_op = operand(q, merges(a.q_contiguous and "contiguous" or "bthd", Tq), "q")
   local scores = bmm(S, q_op, k_op, B * H * Tq * Tk, label .. ".qk")
   S:drop(q_op, k_op)
-  local scaled = S:op(label .. ".scale", scores.n, scores.dt, { scores }, {}, { { scores } })
+  local scaled = S:op1(label .. ".scale", scores.n, scores.dt, scores)
   S:drop(scores)
   if a.softcap then -- Gemma 2: scores / cap, tanh, * cap
     scaled = L.softcap(S, scaled, label .. ".softcap")
   end
   if mask then
-    local masked = S:op(label .. ".mask", scaled.n, S.promote(scaled.dt, mask.dt), { scaled }, {},
-      { { scaled, alias = 1 } }, { fwd = mixed(S, scaled.dt, mask.dt, scaled.n) })
+    local masked = S:op1(label .. ".mask", scaled.n, S.promote(scaled.dt, mask.dt), scaled, nil,
+      "alias", mixed(S, scaled.dt, mask.dt, scaled.n))
     S:drop(scaled)
     scaled = masked
   end
@@ -561,7 +557,7 @@ function L.eager_attention(S, q, k, v, mask, a, label)
     S:node(label .. ".sinks_cat", {}, { { scaled, scaled.b }, { a.sinks, a.sinks.b } }, { cat })
     S:drop(scaled)
     local mx = S:new_tensor(B * H * Tq, cat.dt, label .. ".sinks_max", false)
-    local sub = S:op(label .. ".sinks_sub", n1, cat.dt, { cat }, {}, { { cat, alias = 1 } })
+    local sub = S:op1(label .. ".sinks_sub", n1, cat.dt, cat, nil, "alias")
     S:drop(cat, mx)
     local sm = S:new_tensor(n1, sub.dt, label .. ".softmax", S:rg(sub))
     S:node(label .. ".softmax", { sm }, { { sub, sm.b } }, { sm })
@@ -614,7 +610,7 @@ end
 -- SwiGLU MLP: down(act(gate(x)) * up(x)).
 function L.swiglu(S, x, m, rows, label)
   local g = L.linear(S, x, m.gate, rows)
-  local act = S:op(label .. ".act", g.n, g.dt, { g }, { g }, { { g } })
+  local act = S:op1(label .. ".act", g.n, g.dt, g, g)
   S:drop(g)
   local u = L.linear(S, x, m.up, rows)
   local prod = S:new_tensor(act.n, act.dt, label .. ".mul", S:rg(act, u))
@@ -633,7 +629,7 @@ end
 -- fc2(gelu(fc1(x))): SigLIP MLP and the LLaVA projector.
 function L.gelu_mlp(S, x, m, rows, label)
   local h = L.linear(S, x, m.fc1, rows)
-  local act = S:op(label .. ".act", h.n, h.dt, { h }, { h }, { { h } })
+  local act = S:op1(label .. ".act", h.n, h.dt, h, h)
   S:drop(h)
   local out = L.linear(S, act, m.fc2, rows)
   S:drop(act)
@@ -683,8 +679,7 @@ end
 function L.embedding(S, w, rows, dim, label, tied)
   local sum = tied and S.sum_out_of_place and w.rg and S.grad
     and w.b - S:bytes(w.dt, rows * dim) or nil
-  return S:op(label, rows * dim, w.dt, { w }, {}, { { w } },
-    { bwd = sum and sum > 0 and sum or nil })
+  return S:op1(label, rows * dim, w.dt, w, nil, nil, nil, sum and sum > 0 and sum or nil)
 end
 
 return L

@@ -33,16 +33,16 @@ function L.causal_lm(S, logits, o)
     local prod = S:new_tensor(lf.n, "fp32", "loss.mul_one_hot", S:rg(logp))
     S:node("loss.mul_one_hot", { oh }, { { logp, logp.b } }, { prod }, cast.b)
     S:drop(cast, oh, logp)
-    local s = S:op("loss.sum", rows, "fp32", { prod }, {}, { { prod, alias = 1 } })
+    local s = S:op1("loss.sum", rows, "fp32", prod, nil, "alias")
     S:drop(prod)
-    local nll = S:op("loss.neg", rows, "fp32", { s }, {}, { { s } })
+    local nll = S:op1("loss.neg", rows, "fp32", s)
     S:drop(s)
-    local masked = S:op("loss.mask", rows, "fp32", { nll }, { valid }, { { nll } })
+    local masked = S:op1("loss.mask", rows, "fp32", nll, valid)
     S:drop(nll)
-    local num = S:op("loss.sum_all", 1, "fp32", { masked }, {}, { { masked, alias = 1 } })
+    local num = S:op1("loss.sum_all", 1, "fp32", masked, nil, "alias")
     S:drop(masked)
     local den = S:new_tensor(1, "int64", "loss.count", false)
-    loss = S:op("loss.div", 1, "fp32", { num }, { den }, { { num, 4 } })
+    loss = S:op1("loss.div", 1, "fp32", num, den, 4)
     S:drop(num, den, valid, safe)
   else
     local logp = S:new_tensor(lf.n, lf.dt, "loss.log_softmax", S:rg(lf))
@@ -52,7 +52,7 @@ function L.causal_lm(S, logits, o)
     S:node("loss.nll", { logp, shift, total_weight }, { { logp, logp.b } }, { loss })
     S:drop(logp, total_weight)
     if count then -- loss / num_items_in_batch (DivBackward keeps the count)
-      local q = S:op("loss.div_num_items", 1, loss.dt, { loss }, { count }, { { loss, 4 } })
+      local q = S:op1("loss.div_num_items", 1, loss.dt, loss, count, 4)
       S:drop(loss, count)
       loss = q
     end
@@ -139,7 +139,7 @@ function L.litgpt_chunked(S, h, head, batch, seq, vocab, chunk, prev)
     local rows = batch * lens[i]
     local x = v
     if batch > 1 then -- matmul folds (B, c, H) into rows: expect_contiguous copies
-      x = S:op("lm_head.contiguous", rows * H, dt, { v }, {}, { { v, alias = 1 } })
+      x = S:op1("lm_head.contiguous", rows * H, dt, v, nil, "alias")
     end
     local lg = S:new_tensor(rows * vocab, dt, "lm_head", S:rg(x, w))
     if lg.rg then
@@ -171,7 +171,7 @@ function L.litgpt_chunked(S, h, head, batch, seq, vocab, chunk, prev)
   for i = 1, n - 1 do xs[i] = logits[i] end
   xs[n] = sl
   if batch > 1 then
-    copy = S:op("loss.reshape_last", sl.n, dt, { sl }, {}, { { sl, alias = 1 } })
+    copy = S:op1("loss.reshape_last", sl.n, dt, sl, nil, "alias")
     xs[n] = copy
   end
   for i = 1, n do
@@ -196,11 +196,11 @@ function L.litgpt_chunked(S, h, head, batch, seq, vocab, chunk, prev)
   local cat = S:new_tensor(rows_all, dt, "loss.cat", S:rg(table.unpack(parts)))
   S:node("loss.cat", {}, edges, { cat })
   for _, p in ipairs(parts) do S:drop(p) end
-  local sum = S:op("loss.sum", 1, dt, { cat }, {}, { { cat, alias = 1 } })
+  local sum = S:op1("loss.sum", 1, dt, cat, nil, "alias")
   S:drop(cat)
   S:temp(S:bytes("uint8", rows_all), "loss.non_masked")
   local count = S:new_tensor(1, "int64", "loss.non_masked_sum", false)
-  local loss = S:op("loss.div", 1, dt, { sum }, { count }, { { sum, 4 } })
+  local loss = S:op1("loss.div", 1, dt, sum, count, 4)
   S:drop(sum, count, copy)
   for i = 1, n do S:drop(tgts[i]) end
   return loss

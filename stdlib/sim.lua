@@ -365,11 +365,37 @@ function Sim:op(label, n, dt, ins, saved, edges, temps)
   return out
 end
 
+-- Sim:op on one input x, without the lists: Sim:op(label, n, dt, {x},
+-- {keep}, {{x, grad}}, {fwd = fwd, bwd = bwd}) for grad nil (x's own bytes)
+-- or a byte count, {{x, alias = 1}} for grad "alias" (the output's
+-- gradient passes through unchanged). keep: the tensor autograd saves, or
+-- nil. The lists node_of reads are this module's, filled and emptied again
+-- (the op is the commonest thing a step does; its garbage counts).
+local KEEP, GRAD, ALIAS = {}, {}, { alias = 1 }
+local BY_GRAD, BY_ALIAS = { GRAD }, { ALIAS }
+function Sim:op1(label, n, dt, x, keep, grad, fwd, bwd)
+  local rg = self.grad and x.rg and true or false
+  local out = self:new_tensor(n, dt, label, rg)
+  if fwd and fwd > 0 then self.tape:temp(fwd, "temporaries", label) end
+  if rg then
+    local edges = BY_GRAD
+    if grad == "alias" then
+      ALIAS[1], edges = x, BY_ALIAS
+    else
+      GRAD[1], GRAD[2] = x, grad
+    end
+    KEEP[1], OUTS[1] = keep, out
+    self.tape:node_of(KEEP, edges, OUTS, bwd, label)
+    KEEP[1], OUTS[1], GRAD[1], GRAD[2], ALIAS[1] = nil, nil, nil, nil, nil
+  end
+  return out
+end
+
 -- x.to(dt): the same tensor when dt matches (a new reference), else a copy
 -- whose backward casts the gradient back (no saved tensors).
 function Sim:to(x, dt, label)
   if x.dt == dt then return self:view(x) end
-  return self:op(label or "aten::_to_copy", x.n, dt, { x }, {}, { { x } })
+  return self:op1(label or "aten::_to_copy", x.n, dt, x)
 end
 
 -- Promotion of two floating dtypes: fp32 wins, else the first.
@@ -387,13 +413,13 @@ function Sim:autocast_arg(x, label)
   if x.param and x.rg then
     local c = self.cast_cache[x.id]
     if not c then
-      c = self:op("autocast.weight_cast", x.n, ac, { x }, {}, { { x } })
+      c = self:op1("autocast.weight_cast", x.n, ac, x)
       self.cast_cache[x.id] = c
       if self.segment then self.segment[#self.segment + 1] = c end
     end
     return self:view(c)
   end
-  return self:op(label or "autocast.cast", x.n, ac, { x }, {}, { { x } })
+  return self:op1(label or "autocast.cast", x.n, ac, x)
 end
 
 function Sim:autocast_enter(dt)
