@@ -79,8 +79,7 @@ local function add_aux(S, P, run, l, kept)
   for _, lg in ipairs(kept) do S:drop(lg) end
   local scaled = S:op1("aux_loss.coef", 1, aux.dt, aux)
   S:drop(aux)
-  local total = S:op("loss.add_aux", 1, "fp32", { l, scaled }, {},
-    { { l, alias = 1 }, { scaled, alias = 1 } })
+  local total = S:op2("loss.add_aux", 1, "fp32", l, scaled, "alias", "alias")
   S:drop(l, scaled)
   return total
 end

@@ -655,7 +655,7 @@ local function layer_forward(S, P, l, x, ctx, idx)
     local half = { id = gu.id, n = gu.n // 2, dt = gu.dt, b = gu.b // 2, rg = gu.rg }
     local act = S:op1("mlp.act", half.n, gu.dt, gu, gu)
     local prod = S:new_tensor(half.n, gu.dt, "mlp.mul", S:rg(act, gu))
-    S:node("mlp.mul", { act, gu }, { { act }, { gu, gu.b } }, { prod })
+    S:node_own("mlp.mul", prod, nil, act, gu, act, gu)
     S:drop(act, gu)
     d = layers.linear(S, prod, l.mlp.down, rows)
     S:drop(prod)

@@ -8,6 +8,13 @@ local L = {}
 local FP32 = "fp32"
 local matmul
 
+-- What a product's backward saves of its operands: a for b's gradient,
+-- then b for a's (as two values, nil where none: Sim:node_own's s1, s2).
+local function product_saved(a, b)
+  local s1, s2 = b.rg and a or nil, a.rg and b or nil
+  return s1 or s2, s1 and s2
+end
+
 -- A binary elementwise op on operands of different float dtypes: torch's CPU
 -- TensorIterator first copies the narrower operand (n elements) into the
 -- common dtype, a temporary as long as the op runs (trace: aten::empty_strided
@@ -175,12 +182,8 @@ function matmul(S, x, w, b, rows, out_features, label)
   end
   local out = S:new_tensor(rows * out_features, x.dt, label, S:rg(x, w, b))
   if out.rg then
-    local saved = {}
-    if w.rg then saved[#saved + 1] = x end
-    if x.rg then saved[#saved + 1] = w end
-    local edges = { { x, x.b }, { w, w.b } }
-    if b then edges[3] = { b, b.b } end
-    S:node(label, saved, edges, { out })
+    local s1, s2 = product_saved(x, w)
+    S:node_own(label, out, nil, s1, s2, x, w, b)
   end
   return out
 end
@@ -317,8 +320,7 @@ function L.dora(S, x, lin, rows)
   S:drop(lora_result)
   local p3 = S:op1(label .. ".dora_scaling", rows * out, FP32, p2)
   S:drop(p2)
-  local rd = S:op(label .. ".dora_add", rows * out, FP32, { p1, p3 }, {},
-    { { p1, alias = 1 }, { p3, alias = 1 } })
+  local rd = S:op2(label .. ".dora_add", rows * out, FP32, p1, p3, "alias", "alias")
   S:drop(p1, p3, eye, ea, lw, w, scale)
   return rd
 end
@@ -340,8 +342,8 @@ function L.lora_add(S, base, bb, label, cast_first, unscaled)
     scaled = c
   end
   local sum_dt = S.promote(base.dt, scaled.dt)
-  local sum = S:op(label .. ".lora_add", base.n, sum_dt, { base, scaled }, {},
-    { { base, alias = 1 }, { scaled, alias = 1 } }, { fwd = mixed(S, base.dt, scaled.dt, base.n) })
+  local sum = S:op2(label .. ".lora_add", base.n, sum_dt, base, scaled, "alias", "alias",
+    mixed(S, base.dt, scaled.dt, base.n))
   local base_dt = base.dt
   S:drop(base, scaled)
   local res = S:to(sum, base_dt, label .. ".lora_cast_back")
@@ -359,10 +361,10 @@ local function rms_normalized(S, x, rows, label)
   local v2 = S:op1(label .. ".add_eps", rows, FP32, var, nil, "alias")
   S:drop(var)
   local r = S:new_tensor(rows, FP32, label .. ".rsqrt", S:rg(v2))
-  S:node(label .. ".rsqrt", { r }, { { v2 } }, { r })
+  S:node_own(label .. ".rsqrt", r, nil, r, nil, v2)
   S:drop(v2)
   local h2 = S:new_tensor(h.n, FP32, label .. ".mul", S:rg(h, r))
-  S:node(label .. ".mul", { h, r }, { { h }, { r } }, { h2 }, h.b)
+  S:node_own(label .. ".mul", h2, h.b, h, r, h, r)
   S:drop(h, r)
   return h2
 end
@@ -376,10 +378,8 @@ function L.rmsnorm(S, x, w, rows, label)
   local tmp = mixed(S, h3.dt, w.dt, h3.n)
   if tmp then S:temp(tmp, label .. ".weight_mul_cast") end
   if out.rg then
-    local saved = {}
-    if h3.rg then saved[#saved + 1] = w end
-    if w.rg then saved[#saved + 1] = h3 end
-    S:node(label .. ".weight_mul", saved, { { w }, { h3 } }, { out }, h3.b)
+    local s1, s2 = product_saved(w, h3)
+    S:node_own(label .. ".weight_mul", out, h3.b, s1, s2, w, h3)
   end
   S:drop(h3)
   return out
@@ -392,7 +392,7 @@ function L.rmsnorm_fp32_weight(S, x, w, rows, label)
   local w32 = S:to(w, FP32, label .. ".weight_float")
   local out32 = S:new_tensor(h2.n, FP32, label .. ".weight_mul", S:rg(w32, h2))
   if out32.rg then
-    S:node(label .. ".weight_mul", { w32, h2 }, { { w32 }, { h2 } }, { out32 }, h2.b)
+    S:node_own(label .. ".weight_mul", out32, h2.b, w32, h2, w32, h2)
   end
   S:drop(w32, h2)
   local out = S:to(out32, x.dt, label .. ".to_dtype")
@@ -406,7 +406,7 @@ function L.softcap(S, x, label)
   local d = S:op1(label .. ".div", x.n, x.dt, x)
   S:drop(x)
   local t = S:new_tensor(d.n, d.dt, label .. ".tanh", S:rg(d))
-  S:node(label .. ".tanh", { t }, { { d } }, { t })
+  S:node_own(label .. ".tanh", t, nil, t, nil, d)
   S:drop(d)
   local out = S:op1(label .. ".mul", t.n, t.dt, t)
   S:drop(t)
@@ -450,8 +450,7 @@ function L.rope(S, x, cos, sin, label)
     { fwd = x.b // 2, bwd = x.b // 2 })
   local b = S:op1(label .. ".mul_sin", x.n, dt, rot, sin, nil, mixed(S, rot.dt, sin.dt, x.n))
   S:drop(rot)
-  local out = S:op(label .. ".add", x.n, dt, { a, b }, {},
-    { { a, alias = 1 }, { b, alias = 1 } })
+  local out = S:op2(label .. ".add", x.n, dt, a, b, "alias", "alias")
   S:drop(a, b)
   return out
 end
@@ -465,10 +464,8 @@ end
 local function bmm(S, a, b, n_out, label)
   local out = S:new_tensor(n_out, a.dt, label, S:rg(a, b))
   if out.rg then
-    local saved = {}
-    if b.rg then saved[#saved + 1] = a end
-    if a.rg then saved[#saved + 1] = b end
-    S:node(label, saved, { { a }, { b } }, { out })
+    local s1, s2 = product_saved(a, b)
+    S:node_own(label, out, nil, s1, s2, a, b)
   end
   return out
 end
@@ -615,10 +612,8 @@ function L.swiglu(S, x, m, rows, label)
   local u = L.linear(S, x, m.up, rows)
   local prod = S:new_tensor(act.n, act.dt, label .. ".mul", S:rg(act, u))
   if prod.rg then
-    local saved = {}
-    if u.rg then saved[#saved + 1] = act end
-    if act.rg then saved[#saved + 1] = u end
-    S:node(label .. ".mul", saved, { { act }, { u } }, { prod })
+    local s1, s2 = product_saved(act, u)
+    S:node_own(label .. ".mul", prod, nil, s1, s2, act, u)
   end
   S:drop(act, u)
   local d = L.linear(S, prod, m.down, rows)
@@ -641,9 +636,8 @@ function L.add(S, a, b, label)
   local dt = S.promote(a.dt, b.dt)
   -- an input of another dtype gets the gradient cast to its own dtype (a new
   -- tensor); the others share the output's gradient
-  local function edge(x) return x.dt == dt and { x, alias = 1 } or { x } end
-  return S:op(label, a.n, dt, { a, b }, {}, { edge(a), edge(b) },
-    { fwd = mixed(S, a.dt, b.dt, math.min(a.n, b.n)) })
+  return S:op2(label, a.n, dt, a, b, a.dt == dt and "alias" or nil,
+    b.dt == dt and "alias" or nil, mixed(S, a.dt, b.dt, math.min(a.n, b.n)))
 end
 
 -- A patch-embedding Conv2d (c: kernel = stride = patch P, channels C, an

@@ -327,6 +327,41 @@ function Sim:node(label, saved, edges, outs, temp)
   self.tape:node_of(saved, edges, outs, temp, label) -- only the edges whose tensor has rg
 end
 
+-- The lists node_of reads for Sim:op1, op2 and node_own, this module's
+-- own: an op is the commonest thing a step does, and the lists it would
+-- make are most of a step's garbage. Each call fills every slot it hands
+-- over, a list ending at its first nil as node_of reads it (so an error
+-- halfway leaves nothing for the next call); what they hold stays there
+-- until the next op.
+local OUTS, SAVED, EDGES = {}, {}, {}
+local OWN = { {}, {}, {} }                     -- {x} or {x, bytes}
+local ALIASED = { { alias = 1 }, { alias = 1 } } -- {x, alias = 1}
+
+-- Edge table i for x with grad nil (x's own bytes), a byte count or
+-- "alias" (the output's gradient passes through unchanged).
+local function edge(i, x, grad)
+  if grad == "alias" then
+    local e = ALIASED[i]
+    e[1] = x
+    return e
+  end
+  local e = OWN[i]
+  e[1], e[2] = x, grad
+  return e
+end
+
+-- Sim:node(label, {s1, s2}, {{e1}, {e2}, {e3}}, {out}, temp) without the
+-- lists: edges that carry their tensors' own bytes; each list ends at its
+-- first nil, as node_of reads a list.
+function Sim:node_own(label, out, temp, s1, s2, e1, e2, e3)
+  if not self.grad then return end
+  SAVED[1], SAVED[2] = s1, s2
+  EDGES[1], EDGES[2] = edge(1, e1), e2 and edge(2, e2) or nil
+  EDGES[3] = e2 and e3 and edge(3, e3) or nil
+  OUTS[1] = out
+  self.tape:node_of(SAVED, EDGES, OUTS, temp, label)
+end
+
 -- Whether any of the inputs requires grad (with grad mode on).
 function Sim:rg(a, b, c, ...)
   if not self.grad then return false end
@@ -343,7 +378,6 @@ end
 -- edges as in Sim:node. temps (optional): { fwd = bytes the forward
 -- allocates and frees, bwd = bytes the backward does } (a cast copy of a
 -- mixed-dtype operand, a kernel's scratch).
-local OUTS = {} -- Sim:op's output list, read by node_of and emptied again
 function Sim:op(label, n, dt, ins, saved, edges, temps)
   local rg = false
   if self.grad then -- Sim:rg(table.unpack(ins)), without the unpacking
@@ -360,33 +394,34 @@ function Sim:op(label, n, dt, ins, saved, edges, temps)
   if rg then -- (out.rg: rg with grad mode on)
     OUTS[1] = out
     self.tape:node_of(saved, edges, OUTS, temps and temps.bwd, label)
-    OUTS[1] = nil
   end
   return out
 end
 
--- Sim:op on one input x, without the lists: Sim:op(label, n, dt, {x},
--- {keep}, {{x, grad}}, {fwd = fwd, bwd = bwd}) for grad nil (x's own bytes)
--- or a byte count, {{x, alias = 1}} for grad "alias" (the output's
--- gradient passes through unchanged). keep: the tensor autograd saves, or
--- nil. The lists node_of reads are this module's, filled and emptied again
--- (the op is the commonest thing a step does; its garbage counts).
-local KEEP, GRAD, ALIAS = {}, {}, { alias = 1 }
-local BY_GRAD, BY_ALIAS = { GRAD }, { ALIAS }
+-- Sim:op on one input x without the lists: Sim:op(label, n, dt, {x},
+-- {keep}, {edge}, {fwd = fwd, bwd = bwd}), the edge x's with grad nil (its
+-- own bytes), a byte count or "alias" (the output's gradient passes
+-- through: {x, alias = 1}). keep: the tensor autograd saves, or nil.
 function Sim:op1(label, n, dt, x, keep, grad, fwd, bwd)
   local rg = self.grad and x.rg and true or false
   local out = self:new_tensor(n, dt, label, rg)
   if fwd and fwd > 0 then self.tape:temp(fwd, "temporaries", label) end
   if rg then
-    local edges = BY_GRAD
-    if grad == "alias" then
-      ALIAS[1], edges = x, BY_ALIAS
-    else
-      GRAD[1], GRAD[2] = x, grad
-    end
-    KEEP[1], OUTS[1] = keep, out
-    self.tape:node_of(KEEP, edges, OUTS, bwd, label)
-    KEEP[1], OUTS[1], GRAD[1], GRAD[2], ALIAS[1] = nil, nil, nil, nil, nil
+    SAVED[1], SAVED[2], EDGES[1], EDGES[2], OUTS[1] = keep, nil, edge(1, x, grad), nil, out
+    self.tape:node_of(SAVED, EDGES, OUTS, bwd, label)
+  end
+  return out
+end
+
+-- Sim:op on inputs a and b that saves nothing, without the lists: the
+-- edges a's with grad ga and b's with gb as in Sim:op1; fwd as temps.fwd.
+function Sim:op2(label, n, dt, a, b, ga, gb, fwd)
+  local rg = self.grad and (a.rg or b.rg) and true or false
+  local out = self:new_tensor(n, dt, label, rg)
+  if fwd and fwd > 0 then self.tape:temp(fwd, "temporaries", label) end
+  if rg then
+    SAVED[1], EDGES[1], EDGES[2], EDGES[3], OUTS[1] = nil, edge(1, a, ga), edge(2, b, gb), nil, out
+    self.tape:node_of(SAVED, EDGES, OUTS, nil, label)
   end
   return out
 end
