@@ -314,7 +314,9 @@ t "DeepSpeed JSON from the working dir"  0 "DeepSpeed config from ds/z2.json" \
 
 # A built-in command's memory budget is 2048 MiB, a script's 256: a GLM-4.5-
 # shaped MoE (92 layers, 160 experts, 3 dense first: not composed) under
-# LoRA and ZeRO-3 on 8 GPUs holds ~300 MiB of tape
+# LoRA and ZeRO-3 on 8 GPUs needed 320-350 MiB (tape and Lua garbage), since
+# the simulator's ops make fewer tables 250-256 MiB; a 128 MiB budget is
+# reached
 mkdir -p "$D/glm45"
 printf '%s' '{"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "attention_bias": true,
  "first_k_dense_replace": 3, "head_dim": 128, "hidden_size": 5120, "intermediate_size": 12288,
@@ -328,8 +330,8 @@ printf 'model:\n  config: glm45/config.json\nrun:\n  mode: train\n  batch: 1\n  
   >"$D/glm45.yaml"
 t "a built-in command's memory budget holds a 355B MoE" 0 '"device_total_bytes"' \
   '"$V" estimate glm45.yaml --json'
-t "the same under a script's 256 MiB"                  1 "memory budget of 256 MiB was reached" \
-  '"$V" --max-memory 256 estimate glm45.yaml --json'
+t "the same under a 128 MiB budget"                    1 "memory budget of 128 MiB was reached" \
+  '"$V" --max-memory 128 estimate glm45.yaml --json'
 
 [ "$skipped" -gt 0 ] && echo "($skipped known-bug case(s) skipped)"
 echo "cli: $passed passed, $failed failed"
