@@ -306,9 +306,15 @@ function M.roles(L, run)
 end
 
 -- The run one rank of `role` simulates: its share of the model and tokens.
+-- A shallow copy with its own text (and moe under ep): nothing a pass calls
+-- edits a run's tables, and a search makes one per role of each layout (a
+-- deep copy was most of this function's cost, and tables shared with the
+-- search's run compare at once in measure_key's run.key).
 function M.local_run(run, L, role)
-  local r = copy(run)
-  local m, t = run.text, r.text
+  local r, t, m = {}, {}, run.text
+  for k, v in pairs(run) do r[k] = v end
+  for k, v in pairs(m) do t[k] = v end
+  r.text = t
   t.head_dim = m.head_dim
   t.heads = m.heads // L.tp
   t.kv_heads = math.max(1, m.kv_heads // L.tp) -- tp > kv heads: each rank keeps one copy
@@ -821,18 +827,20 @@ local run_key = require("stdlib.run").key
 -- do not change what the forward adds to the live bytes.
 local MEASURE_SKIP = { parallel = true, master_dtype = true }
 local SHAPE_SKIP = { parallel = true } -- one layout's roles: one parallel table
-local function measure_key(lrun, L, role, base)
-  return table.concat({ run_key(lrun, base, MEASURE_SKIP), tostring(params_on_tape(scheme_of(L))),
+-- measured (optional): run.key(lrun, base, MEASURE_SKIP), when known.
+local function measure_key(lrun, L, role, base, measured)
+  return table.concat({ measured or run_key(lrun, base, MEASURE_SKIP),
+    tostring(params_on_tape(scheme_of(L))),
     tostring(L.sp), L.tp, L.cp, L.vstages, tostring(role.first), tostring(role.last), role.layers,
     role.chunk_layers }, "|")
 end
 
-local function simulate(run, L, role, lrun, search, cutoff)
+local function simulate(run, L, role, lrun, search, cutoff, measured)
   local family = run.sim
   local held
   local function measure() -- the measuring pass, when it is needed
     if role.inflight > 1 then
-      local key = search and measure_key(lrun, L, role, search.base)
+      local key = search and measure_key(lrun, L, role, search.base, measured)
       held = key and search.held[key]
       if not held then
         local _, info = pass(family, lrun, L, role, nil, L.vstages > 1)
@@ -892,10 +900,17 @@ function M.budget(run, gpu_name, search)
   local per, top, timelines = {}, nil, {}
   local gpu = gpus.find(gpu_name or run.gpu)
   local nccl = comms(L) * M.NCCL_PER_COMM
-  local shapes = {} -- run.key of a simulated role's run -> its in-flight count
+  local shapes = {} -- a simulated role's run but its layout -> its in-flight count
   for _, role in ipairs(M.roles(L, run)) do
     local lrun = M.local_run(run, L, role)
-    local shape = search and L.pp > 1 and run_key(lrun, search.base, SHAPE_SKIP)
+    -- the role's run but its layout, as a string: the measuring pass's
+    -- key (run.key without master_dtype) after a string or absent
+    -- master_dtype (written by length: the two parts cannot run into each
+    -- other); one run.key per role instead of two
+    local measured = search and L.pp > 1 and run_key(lrun, search.base, MEASURE_SKIP)
+    local md = lrun.master_dtype
+    local shape = measured and (md == nil and "-|" .. measured or type(md) == "string" and
+      #md .. ":" .. md .. "|" .. measured or run_key(lrun, search.base, SHAPE_SKIP))
     if shape and (shapes[shape] or -1) >= role.inflight then goto next end
     if shape then shapes[shape] = role.inflight end
     local cutoff
@@ -908,7 +923,7 @@ function M.budget(run, gpu_name, search)
           + nccl > search.limit
       end
     end
-    local st, info = simulate(run, L, role, lrun, search, cutoff)
+    local st, info = simulate(run, L, role, lrun, search, cutoff, measured or nil)
     if not st then return nil end
     local b = report.budget(st, lrun, gpu_name)
     if nccl > 0 then
@@ -1084,7 +1099,8 @@ function M.fit(run, gpus, budget, where)
   local fits, search = {}, M.search(run, budget)
   local all = M.layouts(run, gpus)
   for _, t in ipairs(all) do
-    local r = copy(run)
+    local r = {} -- a shallow copy: nothing a budget calls edits a run, only the layout differs
+    for k, v in pairs(run) do r[k] = v end
     r.parallel = M.check(M.read(t, where, r), r, where)
     local b = M.budget(r, nil, search) -- nil: needs more than the budget
     if b and b.device_total_bytes <= budget then

@@ -316,7 +316,12 @@ function tests.layouts_of_8_gpus_respect_the_model_and_sort_by_communication()
     T.eq(t.dp * t.tp * t.pp * t.cp, 8)
     T.ok(t.tp ~= 8 and t.pp ~= 8, "tp and pp divide heads and layers")
   end
+  -- each layout's run and its ranks' runs share the run's tables (shallow
+  -- copies): pricing them all leaves the run as it was
+  local key_of = require("stdlib.run").key
+  local before = key_of(run, {})
   local fits, tried = par.fit(run, 8, 80 * 1000000000, WHERE)
+  T.eq(key_of(run, {}), before, "the run priced is left as it was")
   T.eq(tried, #list)
   for i = 2, #fits do T.ok(fits[i - 1].comm <= fits[i].comm, "least communication first") end
   -- the search shares measuring passes between layouts, skips dominated
