@@ -273,7 +273,7 @@ function M.check(L, run, where)
   return L
 end
 
-local copy = require("stdlib.run").copy
+local copy, with = require("stdlib.run").copy, require("stdlib.run").with
 
 local function ceil_div(a, b) return (a + b - 1) // b end
 
@@ -311,10 +311,9 @@ end
 -- deep copy was most of this function's cost, and tables shared with the
 -- search's run compare at once in measure_key's run.key).
 function M.local_run(run, L, role)
-  local r, t, m = {}, {}, run.text
-  for k, v in pairs(run) do r[k] = v end
+  local t, m = {}, run.text
   for k, v in pairs(m) do t[k] = v end
-  r.text = t
+  local r = with(run, { text = t })
   t.head_dim = m.head_dim
   t.heads = m.heads // L.tp
   t.kv_heads = math.max(1, m.kv_heads // L.tp) -- tp > kv heads: each rank keeps one copy
@@ -1099,8 +1098,7 @@ function M.fit(run, gpus, budget, where)
   local fits, search = {}, M.search(run, budget)
   local all = M.layouts(run, gpus)
   for _, t in ipairs(all) do
-    local r = {} -- a shallow copy: nothing a budget calls edits a run, only the layout differs
-    for k, v in pairs(run) do r[k] = v end
+    local r = with(run, {}) -- shallow: nothing a budget calls edits a run
     r.parallel = M.check(M.read(t, where, r), r, where)
     local b = M.budget(r, nil, search) -- nil: needs more than the budget
     if b and b.device_total_bytes <= budget then
