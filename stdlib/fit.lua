@@ -226,13 +226,28 @@ end
 -- edited parallel: table, and the set of the run's fields the edits read or
 -- wrote (every other one is the run's own); nil and the reason when that is
 -- no run (the layout's own checks refuse it).
+-- The run's tables are shared with r until an edit reads one (then r gets
+-- a copy to change): most edits touch a field or two of a run that holds
+-- dozens of tables (a copy of each per combination cost more than the
+-- rest of the bookkeeping). Nothing downstream writes into a run's tables
+-- (tests/lua/test_fit.lua checks that fit.knobs leaves its run as it was).
 local function apply(run, levers)
-  local r, touched = copy(run), {}
+  local r, touched = {}, {}
+  for k, v in pairs(run) do r[k] = v end
   local view = setmetatable({}, { -- the edits see r through it
-    __index = function(_, k) touched[k] = true return r[k] end,
+    __index = function(_, k)
+      touched[k] = true
+      local v = r[k]
+      if type(v) == "table" and v == run[k] and k ~= "sim" then
+        v = copy(v)
+        r[k] = v
+      end
+      return v
+    end,
     __newindex = function(_, k, v) touched[k] = true r[k] = v end })
   for _, m in ipairs(levers) do m.edit(view) end
   if r.parallel then
+    if r.parallel == run.parallel then r.parallel = copy(r.parallel) end
     touched.parallel = true
     local where = run.parallel and run.parallel.where or "fit"
     local ok, L = pcall(function()

@@ -318,4 +318,24 @@ function tests.levers_a_layout_refuses_are_not_offered()
   end
 end
 
+-- fit.knobs shares the run's tables with the combinations it makes until a
+-- lever edits one (stdlib/fit.lua apply): nothing it prices may write into
+-- them. The run after the search equals a copy taken before, for one GPU
+-- (LoRA, QLoRA, optimizers, the one-GPU offload layouts), a data-parallel
+-- layout and a VLM.
+function tests.the_search_leaves_its_run_as_it_was()
+  local runs = require("stdlib.run")
+  local vlm = spec.normalize({ model = { preset = "qwen3_vl_4b_instruct",
+    overrides = { num_hidden_layers = 4 } }, run = { mode = "train", batch = 1, seq = 64,
+    precision = { params = "bf16" }, images = { width = 224, height = 224 } } },
+    root .. "/tests/lua/spec.yaml", require("models.registry"))
+  for k, run in ipairs({ run_of({ attention = "sdpa", grad_checkpointing = "full" }),
+    run_of({ attention = "sdpa" }, { dp = 4 }), vlm }) do
+    local before = runs.copy(run)
+    local list = fit.knobs(run, BIG, 2)
+    T.ok(#list > 2, "run " .. k .. ": combinations priced")
+    T.eq(runs.key(run, before), runs.key(before, before), "run " .. k .. ": unchanged")
+  end
+end
+
 return tests
