@@ -217,7 +217,14 @@ function F.generate(S, P, run, prefix_embeds)
   -- ~1 MB of timeline per step): then the middle ones are fast-forwarded
   -- too and the timeline says how many it does not draw.
   local draw_all = S.timeline and steps <= F.DRAWN_DECODE_STEPS
-  if steps >= 2 and S.composable and not S.timeline then
+  -- a prefill cache entry holding more than its elements (a view: MLA's
+  -- value states keep kv_b_proj's whole output) is bigger than what a
+  -- decode step leaves in its place: then the first step runs in full
+  local whole = true
+  for _, c in pairs(cache) do
+    whole = whole and c.k.b == S:bytes(c.k.dt, c.k.n) and c.v.b == S:bytes(c.v.dt, c.v.n)
+  end
+  if steps >= 2 and S.composable and not S.timeline and whole then
     -- Undrawn, the first step is no different: the prefill leaves the
     -- state a decode step leaves (caches, ids, the sampled token), each
     -- smaller, so only the last step can reach the decode's peak.

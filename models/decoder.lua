@@ -288,6 +288,40 @@ function D.idle_experts(m, ctx)
   return false
 end
 
+-- The first layer of the uniform tail of a stack whose first layers
+-- differ from the rest (first_k_dense_replace: DeepSeek-V3, Kimi-K2 and
+-- GLM-4.5 open with dense-MLP layers, then every layer is MoE): layers f ..
+-- n build the same parameters, so they are built once as a group and
+-- composed as a stack of their own, the first f - 1 walked. nil when the
+-- stack is uniform or has no such tail of 4 layers or more (MoE every
+-- other layer, cross-attention layers). Read off the run's own layers (a
+-- pipeline stage's slice of the list, stdlib/parallel.lua local_run).
+function D.uniform_tail(m)
+  if m.uniform or m.cross_layers or not m.moe_layers then return nil end
+  local n = m.layers
+  local f, kind = n, not m.moe_layers[n]
+  while f > 1 and (not m.moe_layers[f - 1]) == kind do f = f - 1 end
+  if n - f + 1 >= 4 and f > 1 then return f end
+end
+
+-- Layers 1 .. f - 1 built one by one, then layers f .. n as one group
+-- (Sim:build_layers). Returns the stack (layer i at [i]: the tail's tables
+-- are made when read, as a group's are) and the tail's own table, whose
+-- metatable names the group (stdlib/compose.lua reads it).
+local function build_split(S, n, build, f)
+  local all = {}
+  for i = 1, f - 1 do all[i] = build(i) end
+  local tail = S:build_layers(n - f + 1, function(j) return build(f - 1 + j) end, true)
+  all[f] = rawget(tail, 1)
+  setmetatable(all, {
+    __index = function(_, i)
+      if math.type(i) == "integer" and i > f and i <= n then return tail[i - f + 1] end
+    end,
+    __len = function() return n end,
+  })
+  return all, tail
+end
+
 function D.moe_desc(m, impl)
   if impl ~= "grouped" or m.moe.fused then return m.moe end
   local o = {}
@@ -401,7 +435,12 @@ function D.build(S, m, opts)
   end
   -- every layer builds the same parameters unless some are cross-attention
   -- or MoE layers and others not (Sim:build_layers then builds them once)
-  P.layers = S:build_layers(m.layers, build_layer, not m.cross_layers and m.uniform)
+  local tail = D.uniform_tail(m)
+  if tail then
+    P.layers, P.tail = build_split(S, m.layers, build_layer, tail)
+  else
+    P.layers = S:build_layers(m.layers, build_layer, not m.cross_layers and m.uniform)
+  end
   if stage.head then
     P.norm = norm("norm", H)
     if m.tie then
@@ -682,10 +721,19 @@ end
 -- 2's events once for each of them instead (tests/lua/test_fastpath.lua
 -- compares). Returns the last layer's output; runs every layer when layer
 -- 2 kept anything else.
-function D.grad_free_layers(S, P, h, ctx)
-  local n, tape, cache = P.m.layers, S.tape, ctx.cache
+-- ls, n, off (optional): the stack is ls[1 .. n], the model's layers off +
+-- 1 .. off + n (a uniform tail, D.uniform_tail); else P.layers, all of them.
+function D.grad_free_layers(S, P, h, ctx, ls, n, off)
+  ls, n, off = ls or P.layers, n or P.m.layers, off or 0
+  local tape, cache = S.tape, ctx.cache
+  if cache and off > 0 then -- the stack's own view of the model's caches
+    local all = cache
+    cache = setmetatable({}, {
+      __index = function(_, i) return all[off + i] end,
+      __newindex = function(_, i, v) all[off + i] = v end })
+  end
   local function run_layer(i)
-    local out = layer_forward(S, P, P.layers[i], h, ctx, i)
+    local out = layer_forward(S, P, ls[i], h, ctx, off + i)
     S:drop(h)
     h = out
   end
@@ -694,7 +742,7 @@ function D.grad_free_layers(S, P, h, ctx)
   local before = tape:live_by_category()
   local first = S.timeline and tape:timeline_len() + 1
   -- layer 2 echoed for layer n (stdlib/compose.lua M.layers says when)
-  local mt = getmetatable(P.layers)
+  local mt = getmetatable(ls)
   local G = mt and mt.group
   local echo, input = G and G.count == n and not S.autocast, h
   if echo then tape:echo() end
@@ -726,12 +774,18 @@ function D.grad_free_layers(S, P, h, ctx)
     return h
   end
   if first then tape:timeline(false) end
+  -- a cache entry as layer 2's holds it: its bytes, not its elements' (a
+  -- prefill cache is a view; MLA's value states keep kv_b_proj's whole
+  -- output alive, k_nope beside v)
+  local function like(x)
+    return { id = tape:alloc(x.b, made_in, "kv_cache.composed"), n = x.n, dt = x.dt, b = x.b,
+      rg = false }
+  end
   for i = 3, n - 1 do
     local c = cache and cache[i]
     if c then S:drop(c.k, c.v) end
     if new then
-      local k = S:new_tensor(new.k.n, new.k.dt, "kv_cache.composed", false, made_in)
-      local v = S:new_tensor(new.v.n, new.v.dt, "kv_cache.composed", false, made_in)
+      local k, v = like(new.k), like(new.v)
       if c then c.k, c.v = k, v else cache[i] = { k = k, v = v } end
     end
   end
@@ -773,20 +827,22 @@ function D.ckpt_inputs(x, ctx)
   return ins
 end
 
-function D.composed_layers(S, P, h, ctx, run)
+-- ls, n, off (optional): as in D.grad_free_layers.
+function D.composed_layers(S, P, h, ctx, run, ls, n, off)
+  ls, n, off = ls or P.layers, n or P.m.layers, off or 0
   local function one(i, x)
     local out
     if run.ckpt then
       S:checkpoint_begin()
-      out = layer_forward(S, P, P.layers[i], x, ctx, i)
+      out = layer_forward(S, P, ls[i], x, ctx, off + i)
       S:checkpoint_end(D.ckpt_inputs(x, ctx), { out }, "checkpoint")
     else
-      out = layer_forward(S, P, P.layers[i], x, ctx, i)
+      out = layer_forward(S, P, ls[i], x, ctx, off + i)
     end
     S:drop(x)
     return out
   end
-  return compose.layers(S, P.layers, P.m.layers, one, h, "layers.composed")
+  return compose.layers(S, ls, n, one, h, "layers.composed")
 end
 
 -- DecoderModel.forward from input embeddings `emb` (rows, H) that the caller
@@ -835,16 +891,36 @@ function D.forward(S, P, emb, run)
   -- get no gradient in that layer: the composed layers' backward (every
   -- parameter's gradient, stdlib/compose.lua) would not repeat the walked
   -- layer's, so such steps walk every layer
-  local composable = m.uniform and not ctx.router_logits and not D.idle_experts(m, ctx)
-  if composable and compose.enabled(S, m.layers, run) then
-    h = D.composed_layers(S, P, h, ctx, run)
+  local composable = (m.uniform or P.tail) and not ctx.router_logits
+    and not D.idle_experts(m, ctx)
+  -- the stack that composes: every layer, or the uniform tail after the
+  -- first layers (walked one by one first; D.uniform_tail)
+  local off = P.tail and D.uniform_tail(m) - 1 or 0
+  local ls, n = P.tail or P.layers, m.layers - off
+  local function walk_head(x)
+    for i = 1, off do
+      local out
+      if run.ckpt and S.grad then
+        S:checkpoint_begin()
+        out = layer_forward(S, P, P.layers[i], x, ctx, i)
+        S:checkpoint_end(D.ckpt_inputs(x, ctx), { out }, "checkpoint")
+      else
+        out = layer_forward(S, P, P.layers[i], x, ctx, i)
+      end
+      S:drop(x)
+      x = out
+    end
+    return x
+  end
+  if composable and compose.enabled(S, n, run) then
+    h = D.composed_layers(S, P, walk_head(h), ctx, run, ls, n, off)
     local normed = P.norm and final_norm(S, m, h, P.norm, rows) or S:view(h)
     S:drop(h, cache_pos, mask, cos, sin)
     return normed
   end
-  if not S.grad and S.composable and m.uniform and not m.sliding_layers
-    and not ctx.router_logits and m.layers >= 4 then
-    h = D.grad_free_layers(S, P, h, ctx)
+  if not S.grad and S.composable and (m.uniform or P.tail) and not m.sliding_layers
+    and not ctx.router_logits and n >= 4 then
+    h = D.grad_free_layers(S, P, walk_head(h), ctx, ls, n, off)
     local normed = P.norm and final_norm(S, m, h, P.norm, rows) or S:view(h)
     S:drop(h, cache_pos, mask, cos, sin)
     return normed
@@ -881,7 +957,7 @@ function D.forward(S, P, emb, run)
   -- compares the answers with compose = false)
   local period = every * ((seg + every - 1) // every)
   local units = m.layers // period
-  if run.ckpt and period > 1 and composable and not S.timeline
+  if run.ckpt and period > 1 and composable and m.uniform and not S.timeline
     and compose.enabled(S, units, run, true) then
     -- units 1, 2 and the last are walked, the others' gradients read off
     -- the layers' group (stdlib/compose.lua) or their tables (made on read)

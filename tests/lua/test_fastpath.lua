@@ -66,6 +66,17 @@ function tests.fast_forwarded_decode_steps_equal_every_step()
   T.ok(st.phase_peaks.decode > 0, "decode simulated")
   same("qwen3_30b_a3b", { num_hidden_layers = 4 }, { mode = "generate", seq = 8,
     generate_tokens = 6 }, "qwen3 moe")
+  -- MLA (DeepSeek-V3): the prefill's value cache is a view holding
+  -- kv_b_proj's whole output, bigger than a decode step's cache; every
+  -- layer MoE, or dense first layers then a composed MoE tail
+  for _, first in ipairs({ 0, 2 }) do
+    for _, n in ipairs({ 2, 3, 5 }) do
+      same("deepseek_v3", { num_hidden_layers = 7, first_k_dense_replace = first,
+        n_routed_experts = 8, num_experts_per_tok = 2, n_group = 1, topk_group = 1 },
+        { mode = "generate", generate_tokens = n }, ("deepseek-v3 first %d dense, %d tokens")
+        :format(first, n))
+    end
+  end
 end
 
 -- Past DRAWN_DECODE_STEPS a drawn step fast-forwards the middle decode
@@ -108,6 +119,41 @@ function tests.grad_free_layers_equal_every_layer()
     same("qwen3_vl_4b_instruct", { num_hidden_layers = 5 }, f, "qwen3-vl generate "
       .. (f.attention or f.framework))
   end
+end
+
+-- A stack whose first layers differ (DeepSeek-V3's first_k_dense_replace
+-- dense layers, Qwen3-MoE's mlp_only_layers) walks those and composes the
+-- uniform MoE tail after them (models/decoder.lua D.uniform_tail), trained
+-- or grad-free: every layer's answer, and the tail composed.
+function tests.a_uniform_tail_after_dense_layers_equals_every_layer()
+  local compose, decoder = require("stdlib.compose"), require("models.decoder")
+  local composed, grad_free = 0, 0
+  local layers, free = compose.layers, decoder.grad_free_layers
+  compose.layers = function(...) composed = composed + 1 return layers(...) end
+  decoder.grad_free_layers = function(...) grad_free = grad_free + 1 return free(...) end
+  local ok, err = pcall(function()
+    local ds = { num_hidden_layers = 8, first_k_dense_replace = 2, n_routed_experts = 8,
+      num_experts_per_tok = 2, n_group = 1, topk_group = 1 }
+    local deq = { params = "bf16", dequantize = true } -- the checkpoint is fp8
+    for k, f in ipairs({ { precision = deq }, { precision = deq, grad_checkpointing = "full" },
+      { lora = { rank = 4 } }, { precision = deq, grad_accum = 2 },
+      { precision = deq, grad_checkpointing = 2 }, { mode = "inference" } }) do
+      f.mode = f.mode or "train"
+      composed, grad_free = 0, 0
+      same("deepseek_v3", ds, f, "deepseek-v3 tail, variant " .. k)
+      if f.grad_checkpointing == 2 then
+        T.eq(composed, 0, "every 2nd layer checkpointed: the stack is walked")
+      else
+        T.ok(composed + grad_free > 0, "deepseek-v3 variant " .. k .. ": the tail composed")
+      end
+    end
+    composed = 0
+    same("qwen3_30b_a3b", { num_hidden_layers = 7, mlp_only_layers = { 0, 1 } },
+      { mode = "train", seq = 8 }, "qwen3-moe after two dense layers")
+    T.ok(composed > 0, "qwen3-moe: the tail composed")
+  end)
+  compose.layers, decoder.grad_free_layers = layers, free
+  if not ok then error(err, 0) end
 end
 
 function tests.skipped_micro_batches_equal_every_micro_batch()
