@@ -442,6 +442,92 @@ local function each_param(list, f)
   end
 end
 
+-- What the tape saw since tape:window() (c0: its categories then), as
+-- changes from that moment: the highest live and reserved bytes, each
+-- category when live first peaked, and where each ended.
+local function window_delta(tape, c0)
+  local w = tape:window_peaks()
+  local live, reserved = tape:live()
+  local c1, at, net = tape:live_by_category(), {}, {}
+  for k, v in pairs(c0) do at[k], net[k] = w.at_peak[k] - v, c1[k] - v end
+  return { peak = w.peak - w.start, rpeak = w.rpeak - w.rstart, at = at,
+    live = live - w.start, reserved = reserved - w.rstart, net = net }
+end
+
+-- How pass runs a step's layout allocations and its forward and backward
+-- segments. Run: on the tape, each segment's window recorded when `rec`
+-- (a table) is given. Replay: from such a record (lean searches, M.search):
+-- the layout's own allocations go on the tape (for their reserved blocks)
+-- and are followed here, the segments are the recorded windows; the tape's
+-- live and reserved bytes are sums over the tensors alive (each rounded on
+-- its own), so a segment that allocates and frees the same tensors from a
+-- higher or lower start moves its peaks by that difference, at the same
+-- moment. The peaks are kept as the tape keeps them: live's first highest
+-- moment (with its categories), reserved's highest.
+local Run, Replay = {}, {}
+Run.__index, Replay.__index = Run, Replay
+function Run:alloc(bytes, cat, label) return self.tape:alloc(bytes, cat, label) end
+function Run:drop(id) self.tape:drop(id) end
+function Run:temp(bytes, cat, label) self.tape:temp(bytes, cat, label) end
+function Run:phase(name) self.tape:phase(name) end
+function Run:measured(f) f() end
+function Run:segment(kind, mb, f)
+  if not self.rec then return f() end
+  local c0 = self.tape:live_by_category()
+  self.tape:window()
+  local a, b = f()
+  self.rec[kind .. mb] = window_delta(self.tape, c0)
+  return a, b
+end
+
+local function replay(tape, rec)
+  local st = tape:stats()
+  local live, reserved = tape:live()
+  return setmetatable({ tape = tape, rec = rec, replayed = true, live = live,
+    reserved = reserved, cats = tape:live_by_category(), peak = st.peak,
+    rpeak = st.peak_reserved, at = st.at_peak }, Replay)
+end
+-- a moment dl and dr bytes above now, the categories now plus dcats
+function Replay:moment(dl, dr, dcats)
+  if self.live + dl > self.peak then
+    local at = {}
+    for k, v in pairs(self.cats) do at[k] = v + (dcats and dcats[k] or 0) end
+    self.peak, self.at = self.live + dl, at
+  end
+  if self.reserved + dr > self.rpeak then self.rpeak = self.reserved + dr end
+end
+function Replay:add(d) -- d: a window_delta, or a tensor's { live, reserved, cat }
+  self.live, self.reserved = self.live + d.live, self.reserved + d.reserved
+  if d.cat then self.cats[d.cat] = self.cats[d.cat] + d.live end
+  for k, v in pairs(d.net or {}) do self.cats[k] = self.cats[k] + v end
+end
+function Replay:alloc(bytes, cat, label)
+  local l0, r0 = self.tape:live()
+  local id = self.tape:alloc(bytes, cat, label)
+  local l1, r1 = self.tape:live()
+  local h = { id = id, live = l1 - l0, reserved = r1 - r0, cat = cat }
+  self:add(h)
+  self:moment(0, 0)
+  return h
+end
+function Replay:drop(h)
+  self.tape:drop(h.id)
+  self:add({ live = -h.live, reserved = -h.reserved, cat = h.cat })
+end
+function Replay:temp(bytes, cat, label) self:drop(self:alloc(bytes, cat, label)) end
+function Replay:phase() end
+function Replay:window(d)
+  self:moment(d.peak, d.rpeak, d.at)
+  self:add(d)
+end
+function Replay:segment(kind, mb) self:window(self.rec[kind .. mb]) end
+function Replay:measured(f) -- on the tape itself (the optimizer step), measured
+  local c0 = self.tape:live_by_category()
+  self.tape:window()
+  f()
+  self:window(window_delta(self.tape, c0))
+end
+
 -- One pass of the role's step on a fresh simulator. held: bytes one
 -- micro-batch's forward leaves held, or a function giving them, asked only
 -- once the step is not cut off (nil on the measuring pass). cutoff
@@ -451,7 +537,10 @@ end
 -- at any moment), it ends the pass (nil). mid: the
 -- measuring pass of an interleaved stage runs a chunk from the middle of
 -- the model (neither embedding nor head): most chunks in flight are such.
-local function pass(family, run, L, role, held, mid, cutoff)
+-- lean (optional, a step's pass under a lean search): { rec = a record of
+-- a pass with the same forward and backward (simulate's key) } to replay,
+-- or { } to run and record (lean.made, once the pass is complete).
+local function pass(family, run, L, role, held, mid, cutoff, lean)
   local S = step.new_sim(run)
   if run.timeline and held then S.tape:timeline(true) end -- the step's pass, drawn
   if L.sp then
@@ -708,11 +797,6 @@ local function pass(family, run, L, role, held, mid, cutoff)
     return S:op("pp.recv", rows * run.text.hidden // (L.sp and L.tp or 1), cdt, { src }, {},
       { { src, 0 } })
   end
-  local held_block
-  if held and held > 0 and role.inflight > 1 then
-    held_block = tape:alloc(held * (role.inflight - 1), "activations",
-      ("pp.in_flight x%d"):format(role.inflight - 1))
-  end
   local chunk = P
   if L.vstages > 1 then
     local m = copy(P.m)
@@ -734,64 +818,82 @@ local function pass(family, run, L, role, held, mid, cutoff)
     info.assumptions[#info.assumptions + 1] = "ring attention: double-buffered K/V blocks "
       .. "(forward) and K/V/dK/dV blocks (backward) in flight, a steady window"
   end
-  local fw = fwd_window > 0 and tape:alloc(fwd_window, "weights", "gathered_params.forward")
+  -- the layout's allocations and the segments (Run, Replay above)
+  local X = lean and lean.rec and replay(tape, lean.rec)
+    or setmetatable({ tape = tape, rec = lean and {} }, Run)
+  local held_block
+  if held and held > 0 and role.inflight > 1 then
+    held_block = X:alloc(held * (role.inflight - 1), "activations",
+      ("pp.in_flight x%d"):format(role.inflight - 1))
+  end
+  local fw = fwd_window > 0 and X:alloc(fwd_window, "weights", "gathered_params.forward")
   for mb = 1, n_mb do
-    tape:phase("forward")
+    X:phase("forward")
     if not fw and fwd_window > 0 then
-      fw = tape:alloc(fwd_window, "weights", "gathered_params.forward")
+      fw = X:alloc(fwd_window, "weights", "gathered_params.forward")
     end
-    local rf = ring > 0 and tape:alloc(ring, "buffers", "cp.ring_kv")
+    local rf = ring > 0 and X:alloc(ring, "buffers", "cp.ring_kv")
     local before = tape:live()
-    if run.autocast then S:autocast_enter(run.autocast) end
-    local r = recv()
-    local out = family.forward_stage(S, chunk, run, r)
-    if cutoff and cutoff(tape:live()) then return nil end -- the step's activations held
-    S:autocast_exit()
-    S:drop(r)
-    local root = out
-    if sends then
+    local root, cut = X:segment("forward", mb, function()
+      if run.autocast then S:autocast_enter(run.autocast) end
+      local r = recv()
+      local out = family.forward_stage(S, chunk, run, r)
+      if cutoff and cutoff(tape:live()) then return nil, true end -- the activations held
+      S:autocast_exit()
+      S:drop(r)
+      if not sends then return out end
       -- the output is sent and freed (Megatron deallocates it); backward
       -- starts from the gradient the next stage sends back
-      root = S:op("pp.send", 1, "fp32", { out }, {}, { { out, out.b } })
+      local sent = S:op("pp.send", 1, "fp32", { out }, {}, { { out, out.b } })
       S:drop(out)
-    end
+      return sent
+    end)
+    if cut then return nil end
     if not held then -- the measuring pass: nothing after this is read
       return nil, { held = tape:live() - before - (sends and root.b or 0) }
     end
-    if rf then tape:drop(rf) end
+    if rf then X:drop(rf) end
     st_ends.forward_end = st_ends.forward_end or tape:live()
     if L.reshard or scheme ~= "fsdp" then
-      if fw then tape:drop(fw); fw = nil end
+      if fw then X:drop(fw); fw = nil end
     end
-    tape:phase("backward")
-    local bw = bwd_window > 0 and tape:alloc(bwd_window, "weights", "gathered_params.backward")
-    local bb = bwd_buffers > 0 and tape:alloc(bwd_buffers, "buffers", "grad_reduce_buckets")
-    local rb = ring > 0 and tape:alloc(2 * ring, "buffers", "cp.ring_kv_grads")
+    X:phase("backward")
+    local bw = bwd_window > 0 and X:alloc(bwd_window, "weights", "gathered_params.backward")
+    local bb = bwd_buffers > 0 and X:alloc(bwd_buffers, "buffers", "grad_reduce_buckets")
+    local rb = ring > 0 and X:alloc(2 * ring, "buffers", "cp.ring_kv_grads")
     if info.grad_partition and not info.gp_id then
-      info.gp_id = tape:alloc(info.grad_partition, "gradients", "zero2.grads_in_partition")
+      info.gp_id = X:alloc(info.grad_partition, "gradients", "zero2.grads_in_partition")
     end
     if info.grad_shards and not info.gs_ids then
       info.gs_ids = {}
       for i, s in ipairs(info.grad_shards) do
-        info.gs_ids[i] = tape:alloc(S:bytes(info.grad_dt, s), "gradients", "fsdp.grad_shard")
+        info.gs_ids[i] = X:alloc(S:bytes(info.grad_dt, s), "gradients", "fsdp.grad_shard")
       end
     end
-    tape:backward(root.id)
-    if cutoff and cutoff(tape:live()) then return nil end -- the gradients in place
-    S:drop(root)
-    if info.reduce_tail then tape:temp(info.reduce_tail, "buffers", "zero1.reduce_bucket") end
-    if bw then tape:drop(bw) end
-    if bb then tape:drop(bb) end
-    if rb then tape:drop(rb) end
-    if fw then tape:drop(fw); fw = nil end
+    cut = X:segment("backward", mb, function()
+      tape:backward(root.id)
+      if cutoff and cutoff(tape:live()) then return true end -- the gradients in place
+      S:drop(root)
+    end)
+    if cut then return nil end
+    if info.reduce_tail then X:temp(info.reduce_tail, "buffers", "zero1.reduce_bucket") end
+    if bw then X:drop(bw) end
+    if bb then X:drop(bb) end
+    if rb then X:drop(rb) end
+    if fw then X:drop(fw); fw = nil end
   end
-  if held_block then tape:drop(held_block) end
+  if held_block then X:drop(held_block) end
   st_ends.backward_end = tape:live()
-  tape:phase("optimizer")
+  X:phase("optimizer")
   if opt_transient > 0 then
-    tape:temp(opt_transient, "gradients", "zero.fp32_grad_partition")
+    X:temp(opt_transient, "gradients", "zero.fp32_grad_partition")
   end
-  if opt_parts then optim.step(S, opt_parts, opt) end
+  if opt_parts then X:measured(function() optim.step(S, opt_parts, opt) end) end
+  info.hidden_b = hidden_b
+  if X.replayed then -- what is left only frees: the peaks are known
+    return { peak = X.peak, peak_reserved = X.rpeak, at_peak = X.at, param_count = total,
+      trainable_count = trainable }, info
+  end
   st_ends.optimizer_end = tape:live()
   tape:phase("zero_grad")
   tape:zero_grad()
@@ -802,7 +904,7 @@ local function pass(family, run, L, role, held, mid, cutoff)
   st.timeline = require("stdlib.timeline").collect(tape) -- nil unless recorded
   st.baseline, st.phase_end = base, st_ends
   st.param_count, st.trainable_count = total, trainable
-  info.hidden_b = hidden_b
+  if lean then lean.made = X.rec end
   return st, info
 end
 
@@ -814,7 +916,17 @@ end
 -- (run.copy, then edited) may be priced under it. limit (optional, bytes):
 -- a run whose largest rank needs more is of no use to the search, and
 -- budget returns nil for it as soon as that is certain.
-function M.search(base, limit) return { base = base, held = {}, limit = limit } end
+-- lean (optional): the search reads no budget's peak_phase, peak_op,
+-- phase_peaks or timeline (fit --gpus, fit --knobs), so a role whose
+-- forward and backward an earlier one ran (the same measuring key and
+-- micro-batch count: layouts that differ in how the data-parallel ranks
+-- keep the model states) is priced from that pass's recorded windows (Run,
+-- Replay above): its model, states and layout allocations built again, its
+-- segments not simulated again. Its peaks, reserved bytes, categories at
+-- the peak and device total are the simulated ones.
+function M.search(base, limit, lean)
+  return { base = base, held = {}, limit = limit, lean = lean, replays = {} }
+end
 
 local run_key = require("stdlib.run").key
 
@@ -849,8 +961,16 @@ local function simulate(run, L, role, lrun, search, cutoff, measured)
     end
     return held or 0
   end
-  local st, info = pass(family, lrun, L, role, cutoff and measure or measure(), nil, cutoff)
+  local lean -- a lean search: the step replayed from an equal one's record, or recorded
+  if search and search.lean and not lrun.timeline and not lrun.trace then
+    lean = { key = measure_key(lrun, L, role, search.base, measured) .. "|"
+      .. math.min(L.microbatches, 2) }
+    lean.rec = search.replays[lean.key]
+  end
+  local st, info = pass(family, lrun, L, role, cutoff and measure or measure(), nil, cutoff,
+    lean)
   if not st then return nil end
+  if lean and lean.made then search.replays[lean.key] = lean.made end
   info.held = held
   return st, info, lrun
 end
@@ -1095,7 +1215,7 @@ end
 -- Layouts of `gpus` GPUs whose every rank fits `budget` bytes (device
 -- total), cheapest in communication first.
 function M.fit(run, gpus, budget, where)
-  local fits, search = {}, M.search(run, budget)
+  local fits, search = {}, M.search(run, budget, true) -- reads needs, counts and host bytes
   local all = M.layouts(run, gpus)
   for _, t in ipairs(all) do
     local r = with(run, {}) -- shallow: nothing a budget calls edits a run

@@ -269,6 +269,65 @@ function tests.grouped_layers_give_the_budget_of_every_layer_built_alone()
   end
 end
 
+-- A lean search prices a layout whose forward and backward an earlier one
+-- ran from that pass's recorded windows: every figure it keeps (peaks,
+-- reserved, the categories at the peak, device total, host bytes, counts)
+-- is the layout's own budget simulated alone. The layouts below share their
+-- passes in several ways (ZeRO stages and FSDP over one rank run, offloads,
+-- pipeline stages, two micro-batches, ring buffers, experts).
+function tests.a_lean_search_prices_each_layout_as_simulated_alone()
+  local KEEP = { "device_total_bytes", "peak_bytes", "reserved_bytes", "breakdown",
+    "host_bytes", "nvme_bytes", "param_count", "trainable_param_count", "rank_count",
+    "microbatch_held_bytes", "fits", "headroom_bytes" }
+  local function kept(b)
+    local out = { device_total_bytes = b.device_total_bytes, host_bytes = b.host_bytes,
+      per_rank = {} }
+    for i, e in ipairs(b.per_rank) do
+      local k = {}
+      for _, f in ipairs(KEEP) do k[f] = e[f] end
+      out.per_rank[i] = k
+    end
+    return out
+  end
+  local function check(base_over, model_over, preset, layouts, gpu)
+    local base = normalize(nil, base_over, model_over, preset)
+    local search, replayed = par.search(base, nil, true), 0
+    for _, t in ipairs(layouts) do
+      local r = normalize(t, base_over, model_over, preset)
+      local before = 0
+      for _ in pairs(search.replays) do before = before + 1 end
+      local lean = par.budget(r, gpu, search)
+      local after = 0
+      for _ in pairs(search.replays) do after = after + 1 end
+      if after == before then replayed = replayed + 1 end
+      T.eq(kept(lean), kept(par.budget(r, gpu)), (preset or "qwen2.5-1.5b") .. " "
+        .. par.layout_name(t))
+    end
+    return replayed
+  end
+  local dense = { num_hidden_layers = 4 }
+  local zero = { { dp = 4 }, { dp = 4, zero = 1 }, { dp = 4, zero = 2 }, { dp = 4, zero = 3 },
+    { dp = 4, fsdp = "full_shard" }, { dp = 4, fsdp = "shard_grad_op" },
+    { dp = 4, fsdp = "full_shard", fsdp_version = 2 },
+    { dp = 4, zero = 2, offload = { optimizer = "cpu" } },
+    { dp = 4, zero = 3, offload = { optimizer = "cpu", params = "cpu" } },
+    { dp = 4, fsdp = "full_shard", offload = { optimizer = "cpu", params = "cpu" } },
+    { dp = 2, tp = 2, sequence_parallel = true }, { dp = 2, tp = 2, zero = 3 },
+    { dp = 2, pp = 2, zero = 1 }, { dp = 2, pp = 2, zero = 2 }, { dp = 2, cp = 2, zero = 2 },
+    { dp = 2, cp = 2, fsdp = "full_shard" } }
+  local n = check({ seq = 256 }, dense, nil, zero)
+  n = n + check({ seq = 256, grad_accum = 2 }, dense, nil, zero, "h100")
+  -- one GPU under ZeRO-Offload (fit --knobs), LoRA and QLoRA-free adapters
+  n = n + check({ seq = 256, grad_accum = 2, lora = { rank = 8 } }, dense, nil,
+    { { zero = 2, offload = { optimizer = "cpu" } },
+      { zero = 3, offload = { optimizer = "cpu", params = "cpu" } },
+      { zero = 3, offload = { optimizer = "cpu" } } }, "rtx4090")
+  n = n + check({ seq = 64, moe = { impl = "grouped" } }, { num_hidden_layers = 2 },
+    "qwen3_30b_a3b", { { dp = 4, ep = 2, zero = 1 }, { dp = 4, ep = 2, zero = 2 },
+      { dp = 4, ep = 2, zero = 3 }, { dp = 4, ep = 4, zero = 3 } })
+  T.ok(n >= 20, "most layouts replayed a recorded pass (" .. n .. ")")
+end
+
 -- Qwen3-30B-A3B (examples/configs/qwen3_30b_a3b.json): 48 layers, hidden
 -- 2048, 128 experts of width 768 (SwiGLU: 3 matrices), 30,532,122,624
 -- parameters (test_models.lua's published count).
