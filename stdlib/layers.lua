@@ -56,7 +56,7 @@ function L.new_linear(S, o)
   local bytes = quant and quant.ckpt
     and require("stdlib.quant").weight_bytes(S, quant.ckpt, out, inn, label) or nil
   lin.w = S:param(inn * out, packed and quant.store or dt, trainable, label,
-    { cat = quant and quant.master and "master_weights" or nil, bytes = bytes })
+    quant and { cat = quant.master and "master_weights" or nil, bytes = bytes } or nil)
   lin.w.rows = out
   if quant and (not quant.ckpt or quant.dequant) then
     lin.dequant = S:bytes(quant.compute, inn * out)

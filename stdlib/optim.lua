@@ -14,20 +14,30 @@ function O.init_state(S, params, opt)
   local name = opt.name
   if name == "none" or name == "sgd" then return end
   local known = {} -- dtype -> rows -> cols -> bytes: layers repeat their shapes
+  -- Adam-like states are two tensors per parameter, each its own block
+  local parts = (name == "adam" or name == "adam8bit" or name == "adamw") and 2 or 1
+  local kind = name == "sgd_momentum" and "momentum" or name
+  local step_bytes = (name == "adam" or name == "adamw") and (opt.step_bytes or 0) > 0
+    and S:round_bytes(opt.step_bytes)
+  local tape = S.tape
   local function one(p)
     local state_dt = opt.state_dtype or p.dt
-    local rows = p.rows or p.n
-    local cols = p.n // rows
-    local by_rows = known[state_dt] or {}
-    known[state_dt] = by_rows
-    local by_cols = by_rows[rows] or {}
-    by_rows[rows] = by_cols
-    -- Adam-like states are two tensors per parameter, each its own block
-    local parts = (name == "adam" or name == "adam8bit" or name == "adamw") and 2 or 1
+    local n = p.n
+    local rows = p.rows or n
+    local cols = n // rows
+    local by_rows = known[state_dt]
+    if not by_rows then
+      by_rows = {}
+      known[state_dt] = by_rows
+    end
+    local by_cols = by_rows[rows]
+    if not by_cols then
+      by_cols = {}
+      by_rows[rows] = by_cols
+    end
     local block = by_cols[cols] -- one state tensor as the allocator hands it out, or false
     if block == nil then
-      local b = vram.optimizer_state(name == "sgd_momentum" and "momentum" or name, rows, cols,
-        state_dt, opt.momentum_dtype)
+      local b = vram.optimizer_state(kind, rows, cols, state_dt, opt.momentum_dtype)
       block = b > 0 and S:round_bytes(b // parts)
       by_cols[cols] = block
     end
@@ -35,20 +45,18 @@ function O.init_state(S, params, opt)
     -- of a parameter of >= 1e5 elements come from cudaMallocManaged, outside
     -- torch's allocator (not in max_memory_allocated; resident until memory
     -- runs short); the 8-bit absmax vectors stay ordinary tensors
-    local paged = opt.paged and p.n >= 100000 and block
+    local paged = opt.paged and n >= 100000 and block
     if paged then
-      local each = S:bytes(name == "adam8bit" and "int8" or state_dt, p.n)
+      local each = S:bytes(name == "adam8bit" and "int8" or state_dt, n)
       S.paged_state_bytes = (S.paged_state_bytes or 0) + parts * each
       local rest = block - S:round_bytes(each)
       for _ = 1, parts do
-        if rest > 0 then S.tape:alloc(rest, "optimizer_state", "optimizer.absmax") end
+        if rest > 0 then tape:alloc(rest, "optimizer_state", "optimizer.absmax") end
       end
     elseif block then
-      for _ = 1, parts do S.tape:alloc(block, "optimizer_state", "optimizer.state") end
+      for _ = 1, parts do tape:alloc(block, "optimizer_state", "optimizer.state") end
     end
-    if (name == "adam" or name == "adamw") and (opt.step_bytes or 0) > 0 then
-      S.tape:alloc(S:round_bytes(opt.step_bytes), "optimizer_state", "optimizer.step_count")
-    end
+    if step_bytes then tape:alloc(step_bytes, "optimizer_state", "optimizer.step_count") end
   end
   for _, p in ipairs(params) do
     if p.group then -- identical layers: the tape repeats the first copy's states
