@@ -41,7 +41,11 @@ end
 local function decoder_run(run, m, train)
   local aux = m.moe and train and (run.moe and run.moe.aux_loss)
   if aux == nil then aux = m.moe and train and m.aux_loss end
-  return with(run, { moe_impl = F.moe_impl(run, m), router_logits = aux and {} or nil })
+  local impl, logits = F.moe_impl(run, m), aux and {} or nil
+  -- nothing to change (a dense model): the run itself, which the decoder
+  -- only reads, not a copy of its every field
+  if impl == run.moe_impl and logits == nil and run.router_logits == nil then return run end
+  return with(run, { moe_impl = impl, router_logits = logits })
 end
 F.decoder_run = decoder_run -- a VLM's language model runs its decoder the same way
 

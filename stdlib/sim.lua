@@ -165,9 +165,13 @@ function Sim.param_copy(G, p, j)
   local by = G.copies[p] or sub(G.copies, p)
   local c = by[j]
   if not c then
-    c = {}
-    for k, v in pairs(p) do c[k] = v end
-    c.id = p.id + j * G.stride
+    -- a parameter's own fields first (the table made at its size), then
+    -- any other it carries
+    c = { id = p.id + j * G.stride, n = p.n, dt = p.dt, b = p.b, rg = p.rg, param = p.param,
+          label = p.label, rows = p.rows }
+    for k, v in pairs(p) do
+      if c[k] == nil then c[k] = v end
+    end
     by[j] = c
   end
   return c
