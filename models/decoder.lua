@@ -719,7 +719,11 @@ end
 -- last layer's: layers 1, 2 and n run in full, and layers 3 .. n-1 only
 -- make their caches as layer 2 did, out of the timeline, which gets layer
 -- 2's events once for each of them instead (tests/lua/test_fastpath.lua
--- compares). Returns the last layer's output; runs every layer when layer
+-- compares). A layer may also keep less than it found (the first decode
+-- step after an MLA prefill: a view holding kv_b_proj's output gives way
+-- to a cache of its elements): then each layer's peak is below the one
+-- before's, layer 2's the highest, and the middle layers are skipped the
+-- same way. Returns the last layer's output; runs every layer when layer
 -- 2 kept anything else.
 -- ls, n, off (optional): the stack is ls[1 .. n], the model's layers off +
 -- 1 .. off + n (a uniform tail, D.uniform_tail); else P.layers, all of them.
@@ -761,17 +765,11 @@ function D.grad_free_layers(S, P, h, ctx, ls, n, off)
     for cat, b in pairs(kept) do if b < 0 and cat ~= "kv_cache" then from = cat end end
     want[from] = want[from] - old.k.b - old.v.b
   end
-  local total = 0
   for cat, b in pairs(kept) do
     if b ~= want[cat] then -- something else outlives a layer: simulate them all
       for i = 3, n do run_layer(i) end
       return h
     end
-    total = total + b
-  end
-  if total < 0 then
-    for i = 3, n do run_layer(i) end
-    return h
   end
   if first then tape:timeline(false) end
   -- a cache entry as layer 2's holds it: its bytes, not its elements' (a
