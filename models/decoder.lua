@@ -954,25 +954,30 @@ function D.forward(S, P, emb, run)
   -- walk, and the drawn step stays the one it was (tests/lua/test_compose.lua
   -- compares the answers with compose = false)
   local period = every * ((seg + every - 1) // every)
-  local units = m.layers // period
-  if run.ckpt and period > 1 and composable and m.uniform and not S.timeline
+  -- the units start at the group's first layer (a uniform tail's: the
+  -- layers before it walked), or at the next layer that starts a period
+  local f = off + 1
+  local a = f + (period - off % period) % period
+  local units = (m.layers - a + 1) // period
+  if run.ckpt and period > 1 and composable and not S.timeline
     and compose.enabled(S, units, run, true) then
+    while i < a do i, h = walk(i, h) end
     -- units 1, 2 and the last are walked, the others' gradients read off
     -- the layers' group (stdlib/compose.lua) or their tables (made on read)
-    local mt = getmetatable(P.layers)
-    local ls = setmetatable({}, { group = mt and mt.group, per = period,
+    local mt = getmetatable(P.tail or P.layers)
+    local ls = setmetatable({}, { group = mt and mt.group, per = period, skip = a - f,
       __index = function(t, u)
         local l = {}
-        for j = (u - 1) * period + 1, u * period do l[#l + 1] = P.layers[j] end
+        for j = a + (u - 1) * period, a + u * period - 1 do l[#l + 1] = P.layers[j] end
         rawset(t, u, l)
         return l
       end })
     h = compose.layers(S, ls, units, function(u, x)
-      local j, stop = (u - 1) * period + 1, u * period + 1
+      local j, stop = a + (u - 1) * period, a + u * period
       while j < stop do j, x = walk(j, x) end
       return x
     end, h, "layers.composed")
-    i = units * period + 1
+    i = a + units * period
   end
   while i <= m.layers do i, h = walk(i, h) end
   local normed = P.norm and final_norm(S, m, h, P.norm, rows) or S:view(h)

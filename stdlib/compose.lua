@@ -65,18 +65,21 @@ local by_id = function(a, b) return a.id < b.id end
 -- (Sim:build_layers) the id stride from one layer to the next: then the
 -- edges are layer 3's alone (the tape adds the stride for the others),
 -- read off the group's first layer. Units of `per` layers (a metatable
--- {group, per}, models/decoder.lua) are read the same way, per copies each.
+-- {group, per, skip}, models/decoder.lua) are read the same way, per copies
+-- each, unit 1 being copies skip .. skip + per - 1 (the layers before it
+-- walked).
 local function middle_edges(layers, n)
   local edges, nper = {}, nil
   local mt = getmetatable(layers)
   local G, per = mt and mt.group, mt and mt.per or 1
-  local ps = G and G.count >= n * per and params(G.template, {})
+  local skip = mt and mt.skip or 0 -- the group's copies before unit 1
+  local ps = G and G.count >= skip + n * per and params(G.template, {})
   for _, p in ipairs(ps or {}) do
     if not G.index[p] then ps = nil; break end -- a parameter from outside the layer
   end
   if ps then
     table.sort(ps, by_id)
-    for c = 2 * per, 3 * per - 1 do -- unit 3: copies 2 * per on
+    for c = skip + 2 * per, skip + 3 * per - 1 do -- unit 3: copies skip + 2 * per on
       local off = c * G.stride
       for _, p in ipairs(ps) do
         edges[#edges + 1] = p.id + off
@@ -138,7 +141,8 @@ function M.layers(S, layers, n, one, x, label)
   local mt = getmetatable(layers)
   local G = mt and mt.group
   local per = mt and mt.per or 1
-  local echo = G and G.count >= n * per and (per > 1 or G.count == n)
+  local skip = mt and mt.skip or 0 -- the group's copies before unit 1 (walked layers)
+  local echo = G and G.count >= skip + n * per and (per > 1 or G.count == n + skip)
   local span = G and per * G.stride -- a unit's parameter ids
   local function run(i, input)
     if echo then tape:echo() end
@@ -151,7 +155,7 @@ function M.layers(S, layers, n, one, x, label)
   -- layer i on `input` as the echoed layer did on its own
   local function replay(i, input)
     local e = echo
-    local lo = G.first + (e.layer - 1) * span -- the echoed unit's parameters
+    local lo = G.first + skip * G.stride + (e.layer - 1) * span -- the echoed unit's parameters
     return M.moved(e.output, tape:echo_replay({ e.input.id, input.id }, lo, lo + span,
       (i - e.layer) * span, e.output.id))
   end

@@ -142,10 +142,25 @@ function tests.a_uniform_tail_after_dense_layers_equals_every_layer()
       composed, grad_free = 0, 0
       same("deepseek_v3", ds, f, "deepseek-v3 tail, variant " .. k)
       if f.grad_checkpointing == 2 then
-        T.eq(composed, 0, "every 2nd layer checkpointed: the stack is walked")
+        T.eq(composed, 0, "every 2nd layer, 3 periods in the tail: walked")
       else
         T.ok(composed + grad_free > 0, "deepseek-v3 variant " .. k .. ": the tail composed")
       end
+    end
+    -- checkpointing every n-th layer or in segments: whole periods of the
+    -- tail compose as units, from the first layer that starts a period
+    -- (the layers before it walked), the layers left over walked
+    for k, c in ipairs({ { 14, 3, { grad_checkpointing = 2 } }, { 16, 2, { grad_checkpointing = 3 } },
+      { 13, 1, { grad_checkpointing = "full", checkpoint_segment = 2 } },
+      { 23, 2, { grad_checkpointing = 2, checkpoint_segment = 3 } },
+      { 14, 3, { grad_checkpointing = 2, lora = { rank = 4 } } } }) do
+      local f = c[3]
+      f.mode, f.precision = "train", not f.lora and deq or nil
+      composed = 0
+      same("deepseek_v3", { num_hidden_layers = c[1], first_k_dense_replace = c[2],
+        n_routed_experts = 8, num_experts_per_tok = 2, n_group = 1, topk_group = 1 }, f,
+        "deepseek-v3 tail in periods, case " .. k)
+      T.ok(composed > 0, "deepseek-v3 tail in periods, case " .. k .. ": composed")
     end
     composed = 0
     same("qwen3_30b_a3b", { num_hidden_layers = 7, mlp_only_layers = { 0, 1 } },
