@@ -480,12 +480,22 @@ function Run:segment(kind, mb, f)
   return a, b
 end
 
+-- rec.built: the recorded pass's tape as its model was built; this tape
+-- holds what came after (states, inputs, from nothing), above that.
 local function replay(tape, rec)
-  local st = tape:stats()
+  local b, st = rec.built, tape:stats()
   local live, reserved = tape:live()
-  return setmetatable({ tape = tape, rec = rec, replayed = true, live = live,
-    reserved = reserved, cats = tape:live_by_category(), peak = st.peak,
-    rpeak = st.peak_reserved, at = st.at_peak }, Replay)
+  local T = setmetatable({ tape = tape, rec = rec, replayed = true, live = b.live + live,
+    reserved = b.reserved + reserved, cats = {}, peak = b.peak, rpeak = b.rpeak,
+    at = b.at }, Replay)
+  local now = tape:live_by_category()
+  for k, v in pairs(b.cats) do T.cats[k] = v + now[k] end
+  if b.live + st.peak > T.peak then
+    T.peak, T.at = b.live + st.peak, {}
+    for k, v in pairs(b.cats) do T.at[k] = v + st.at_peak[k] end
+  end
+  if b.reserved + st.peak_reserved > T.rpeak then T.rpeak = b.reserved + st.peak_reserved end
+  return T
 end
 -- a moment dl and dr bytes above now, the categories now plus dcats
 function Replay:moment(dl, dr, dcats)
@@ -553,11 +563,26 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
   end
   local tape = S.tape
   local scheme = scheme_of(L)
-  -- sharded schemes: states allocated below, partitioned; the handles
-  -- carry no bytes
-  S:set_param_storage(params_on_tape(scheme))
-  local P = family.build(S, run, step.policies(run))
-  S:set_param_storage(true)
+  -- a lean search: replayed, the recorded pass's model (its tape as built
+  -- follows, Replay); recording, this one's
+  local rec = lean and lean.rec or (lean and {})
+  local built = lean and lean.rec and rec.built
+  local P
+  if built then
+    P, S.params = built.P, built.params
+  else
+    -- sharded schemes: states allocated below, partitioned; the handles
+    -- carry no bytes
+    S:set_param_storage(params_on_tape(scheme))
+    P = family.build(S, run, step.policies(run))
+    S:set_param_storage(true)
+    if rec then
+      local st, live, reserved = tape:stats(), tape:live()
+      rec.built = { P = P, params = S.params, live = live, reserved = reserved,
+        cats = tape:live_by_category(), peak = st.peak, rpeak = st.peak_reserved,
+        at = st.at_peak }
+    end
+  end
   -- identical layers' parameters are one group (stdlib/sim.lua): each of
   -- its parameters is read once, for all its copies (each_param)
   local params = S.params
@@ -783,6 +808,7 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
   -- the step
   local inputs = family.inputs(S, run, P)
   local base, base_reserved = tape:live()
+  if built then base, base_reserved = base + built.live, base_reserved + built.reserved end
   if cutoff and cutoff(base, base_reserved) then return nil end
   if type(held) == "function" then held = held() end
   local st_ends = { baseline = base }
@@ -819,8 +845,7 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
       .. "(forward) and K/V/dK/dV blocks (backward) in flight, a steady window"
   end
   -- the layout's allocations and the segments (Run, Replay above)
-  local X = lean and lean.rec and replay(tape, lean.rec)
-    or setmetatable({ tape = tape, rec = lean and {} }, Run)
+  local X = built and replay(tape, rec) or setmetatable({ tape = tape, rec = rec }, Run)
   local held_block
   if held and held > 0 and role.inflight > 1 then
     held_block = X:alloc(held * (role.inflight - 1), "activations",
@@ -904,7 +929,7 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
   st.timeline = require("stdlib.timeline").collect(tape) -- nil unless recorded
   st.baseline, st.phase_end = base, st_ends
   st.param_count, st.trainable_count = total, trainable
-  if lean then lean.made = X.rec end
+  if lean then lean.made = rec end
   return st, info
 end
 
@@ -920,10 +945,11 @@ end
 -- phase_peaks or timeline (fit --gpus, fit --knobs), so a role whose
 -- forward and backward an earlier one ran (the same measuring key and
 -- micro-batch count: layouts that differ in how the data-parallel ranks
--- keep the model states) is priced from that pass's recorded windows (Run,
--- Replay above): its model, states and layout allocations built again, its
--- segments not simulated again. Its peaks, reserved bytes, categories at
--- the peak and device total are the simulated ones.
+-- keep the model states) is priced from that pass's record (Run, Replay
+-- above): that pass's model and its tape as built, this layout's states and
+-- allocations on a tape of their own, the recorded forward and backward
+-- windows. Its peaks, reserved bytes, categories at the peak and device
+-- total are the simulated ones.
 function M.search(base, limit, lean)
   return { base = base, held = {}, limit = limit, lean = lean, replays = {} }
 end
