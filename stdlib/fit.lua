@@ -295,8 +295,11 @@ function M.knobs(run, budget, depth)
   -- combinations that edit the run into the same run (QLoRA after LoRA,
   -- checkpointing policies over each other) are simulated once, and on one
   -- GPU those that differ only in the optimizer (8-bit AdamW, bf16 states,
-  -- Adafactor) priced on one recorded step (stdlib/swap_optimizer.lua)
-  local memo, by_run, search, steps = {}, {}, par.search(run), {}
+  -- Adafactor) priced on one recorded step (stdlib/swap_optimizer.lua); the
+  -- search is lean (it reads the need and at_peak only): a layout whose
+  -- rank runs the forward and backward another one ran replays them
+  -- (parallel.lua M.search)
+  local memo, by_run, search, steps = {}, {}, par.search(run, nil, true), {}
   local function one_gpu(r, touched)
     local body = runs.key(r, run, OPTIMIZER, touched)
     local rec = steps[body]
