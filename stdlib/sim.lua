@@ -9,10 +9,24 @@ Sim.__index = Sim
 
 local bytes = vram.bytes
 
+-- Sim:bytes's memo, one per allocator rounding (false: none), shared by the
+-- simulators of a process: every step asks for the same few dozen sizes
+-- (bytes of n elements of a dtype, rounded: a pure function). Started
+-- again (for the simulators made from then on) past SIZES_MAX entries, so
+-- a long sweep's many shapes do not pile up.
+local SIZES_MAX = 100000
+local sizes, sizes_n = {}, 0
+
 -- opts.round: the allocator's block size (CUDA caching allocator: 512 B);
 -- every tensor then counts as its block, as max_memory_allocated does.
 function Sim.new(opts)
   opts = opts or {}
+  local key = opts.round or false
+  local memo = sizes[key]
+  if not memo then
+    memo = {}
+    sizes[key] = memo
+  end
   return setmetatable({
     tape = opts.tape or vram.tape(),
     grad = true,        -- torch.is_grad_enabled()
@@ -20,7 +34,7 @@ function Sim.new(opts)
     round = opts.round,
     params = {},        -- every parameter created, in model.parameters() order
     params_on_tape = true,
-    sizes = {},         -- dtype -> {elements -> bytes}: Sim:bytes, memoized
+    sizes = memo,       -- dtype -> {elements -> bytes}: Sim:bytes, memoized
   }, Sim)
 end
 
@@ -46,7 +60,7 @@ function Sim:round_bytes(b)
 end
 
 -- Bytes of n elements as the allocator hands them out (asked for the same
--- few sizes thousands of times a step, so remembered per simulator).
+-- few sizes thousands of times a step, so remembered: Sim.new's memo).
 -- t[k], a table made on first use.
 local function sub(t, k)
   local v = t[k]
@@ -63,6 +77,8 @@ function Sim:bytes(dt, n)
   if not b then
     b = self:round_bytes(bytes(dt, n))
     by[n] = b
+    sizes_n = sizes_n + 1
+    if sizes_n > SIZES_MAX then sizes, sizes_n = {}, 0 end
   end
   return b
 end
