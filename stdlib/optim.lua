@@ -160,8 +160,7 @@ function O.step(S, params, opt)
         prev_g = g
         local sq = tape:alloc(p.b, "temporaries", "optimizer.sqrt")
         local denom = tape:alloc(p.b, "temporaries", "optimizer.denom")
-        tape:drop(sq)
-        if prev then tape:drop(prev) end
+        if prev then tape:drop(sq, prev) else tape:drop(sq) end -- sq, then prev
         prev = denom
       end)
       if prev then tape:drop(prev) end

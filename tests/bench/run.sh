@@ -3,7 +3,8 @@
 #   1. start-up: `vramlua run` on an empty script
 #   2. evaluations per second of primitives (tests/bench/primitives.lua)
 #   3. full and compiled estimates per second (tests/bench/estimates.lua), and
-#      for every knob of the Qwen3-VL-4B step, beside llm-analysis's time
+#      for every knob of the Qwen3-VL-4B step, beside llm-analysis's time;
+#      one simulated step's CPU time and garbage (tests/bench/step.lua)
 #   4. side by side with llm-analysis (tests/bench/peer/, Debian's
 #      /usr/bin/python3) on the decoder of examples/specs/qwen2_5_1_5b_full.yaml:
 #      one estimate in-process and one whole process each, as a ratio
@@ -74,6 +75,8 @@ if [ -x /usr/bin/python3 ]; then
     151936 4 708 0 2>/dev/null | sed -n 's/.*: \([0-9.]*\) us per estimate.*/\1/p' || true)
 fi
 "$V" --max-seconds 3600 run "$HERE/estimates.lua" "$SECS" $VLM_US
+# one simulated step's CPU time and Lua garbage, plain, LoRA, accumulation, VLM
+"$V" --max-seconds 3600 run "$HERE/step.lua" "$SECS"
 
 # 4. the same decoder, the same run: Qwen2.5-1.5B (28 layers, 12 heads, 2 KV
 # heads, hidden 1536, FFN 8960, vocab 151936), batch 4 x 1024, bf16, flash
