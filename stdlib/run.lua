@@ -202,10 +202,10 @@ local function sorted_keys(t)
     local by = SORTED[first]
     local keys = by and by[nk]
     if keys then
-      for i = 1, nk do
-        if rawget(t, keys[i]) == nil then keys = nil break end
+      for i = 1, nk do -- no metatable: t[k] is rawget(t, k)
+        if t[keys[i]] == nil then keys = nil break end
       end
-      if keys then return keys, nk end
+      if keys then return keys, nk, keys.strings end
     end
   end
   local keys = {}
@@ -223,8 +223,9 @@ local function sorted_keys(t)
     if sorted_n >= MEMO then SORTED, sorted_n = {}, 0 end
     if not SORTED[first] then SORTED[first] = {} end
     SORTED[first][nk], sorted_n = keys, sorted_n + 1
+    keys.strings = strings or nil -- the list's own mark (not a key it lists)
   end
-  return keys, n
+  return keys, n, strings
 end
 
 -- Writes t from out[n + 1] on, but its closing brace (the caller's: "}" or
@@ -232,14 +233,14 @@ end
 local function canonical(t, out, n, seen)
   local id = seen.n + 1
   seen.n, seen[t] = id, id
-  local keys, nk = sorted_keys(t)
+  local keys, nk, strings = sorted_keys(t)
   n = n + 1
   out[n] = "{"
   for i = 1, nk do
     local k = keys[i]
     local v = t[k]
     n = n + 1
-    if type(k) == "string" then
+    if strings or type(k) == "string" then
       out[n] = KEY[k]
     elseif mtype(k) == "integer" then
       out[n] = INDEX[k]
