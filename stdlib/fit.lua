@@ -302,14 +302,11 @@ function M.knobs(run, budget, depth)
   local memo, by_run, search, steps = {}, {}, par.search(run, nil, true), {}
   local function one_gpu(r, touched)
     local body = runs.key(r, run, OPTIMIZER, touched)
-    local rec = steps[body]
-    if rec then
-      local st = swap.price(rec, r)
-      return frameworks.need(frameworks.of(r), st.peak_reserved), st
-    end
-    rec = swap.recorder()
+    local st = steps[body] and swap.price(steps[body], r)
+    if st then return frameworks.need(frameworks.of(r), st.peak_reserved), st end
+    local rec = swap.recorder()
     local need, st = M.need(r, nil, rec)
-    if swap.ready(rec) then steps[body] = rec end
+    if swap.ready(rec) then steps[body] = steps[body] or rec end
     return need, st
   end
   local function priced(r, touched)

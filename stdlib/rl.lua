@@ -39,7 +39,9 @@ local function value_loss(S, v, rows)
   return l
 end
 
-function M.simulate(family, run)
+-- rec (optional): stdlib/swap_optimizer.lua's recorder, told the seams of
+-- the update (not under a jitted framework, a timeline or a probe).
+function M.simulate(family, run, rec)
   local rl = run.rl or {}
   local S = step.new_sim(run)
   local params = S.params
@@ -57,9 +59,12 @@ function M.simulate(family, run)
   end
   local critic = rl.value and family.build_critic(S, run, step.policies(run))
   trainable = step.trainable(S, params)
+  if S.jit or run.timeline or run.trace then rec = nil end
+  if rec then rec:setup_done(S, trainable) end
   local before_state = S.tape:live()
   optim.init_state(S, trainable, run.optimizer)
   local state_bytes = S.tape:live() - before_state
+  if rec then rec:states_done(S) end
   local inputs = family.inputs(S, run, P)
   -- the reference model reads the policy's very inputs (pixel_values of a
   -- VLM); a family that keeps inputs on the model hands them over
@@ -113,12 +118,15 @@ function M.simulate(family, run)
     tape:backward(l.id)
     S:drop(l)
     tape:phase("optimizer")
+    if rec then rec:step_begins(S) end
     optim.step(S, trainable, run.optimizer)
+    if rec then rec:step_ends(S) end
     tape:zero_grad()
     xla.end_outputs(S, outs)
   end)
   S:drop(old, ref_lp, old_v)
   for _, x in ipairs(inputs) do S:drop(x) end
+  if rec then rec:finished(S) end
   local st = step.finish_trace(S, step.counts(tape:stats(), params))
   st.minibatch, st.minibatch_steps = mb, steps
   if S.jit then st.xla = step.xla_record(S, trainable, state_bytes, arguments) end

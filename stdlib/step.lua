@@ -286,11 +286,11 @@ function M.simulate(family, run, rec)
       S:drop(l)
     end)
     ends.backward_end = tape:live()
-    if rec then rec:backward_done(S) end
+    if rec then rec:step_begins(S) end
     tape:phase("optimizer")
     optim.step(S, trainable, run.optimizer)
     ends.optimizer_end = tape:live()
-    if rec then rec:step_done(S) end
+    if rec then rec:step_ends(S) end
     tape:phase("zero_grad")
     tape:zero_grad()
     xla.end_outputs(S, outs)
@@ -320,9 +320,9 @@ end
 
 -- The simulation a run asks for: an RL update or one ordinary step, of the
 -- run's simulator module (run.sim, put there by stdlib/spec.lua).
--- rec (optional): as in M.simulate (not for an RL update).
+-- rec (optional): as in M.simulate.
 function M.run(run, rec)
-  if run.rl then return require("stdlib.rl").simulate(run.sim, run) end
+  if run.rl then return require("stdlib.rl").simulate(run.sim, run, rec) end
   return M.simulate(run.sim, run, rec)
 end
 

@@ -2,40 +2,44 @@
 -- without simulating the model again (fit --knobs: 8-bit AdamW, bf16
 -- states, Adafactor over the same model, loss and batch).
 --
--- Why it is exact. A step (stdlib/step.lua simulate) runs: A, the model
--- built and loaded; B, the optimizer states allocated; C, inputs, forward
--- and backward (every micro-batch); D, the optimizer step; E, zero_grad and
--- the inputs dropped. Only B and D read the optimizer, and the tensors B
--- allocates stay alive to the end. Live and reserved bytes are sums over
--- the tensors alive (the reserved counter sums each block,
--- vr_tape_rounding), so under another optimizer C and E see the same
--- changes from a start higher or lower by what B allocated: their peaks
--- move by that difference, at the same moments. The tape measures C and E
--- on the simulated step (a window, tape:window) and B and D under the
--- other optimizer on a tape of their own; the step's peaks are then the
--- highest of A's, B's, C's, D's and E's, the first to reach it giving the
--- categories at the peak (the tape keeps the first moment live bytes are
--- highest). tests/lua/test_swap_optimizer.lua compares with the step
--- simulated under each optimizer.
+-- Why it is exact. A step (stdlib/step.lua simulate, stdlib/rl.lua's
+-- update) runs: A, the model built and loaded; B, the optimizer states
+-- allocated; then spans that do not read the optimizer (inputs, forward and
+-- backward of each micro-batch, an RL rollout, zero_grad) around its steps
+-- D (one, or one per RL minibatch). The tensors B allocates stay alive to
+-- the end, and a step D leaves what it found (its temporaries freed; a
+-- step that does not is not priced here). Live and reserved bytes are sums
+-- over the tensors alive (the reserved counter sums each block,
+-- vr_tape_rounding), so under another optimizer every other span sees the
+-- same changes from a start higher or lower by what B allocated: its peaks
+-- move by that difference, at the same moments. The tape measures those
+-- spans on the simulated step (a window each, tape:window) and B and D
+-- under the other optimizer on a tape of their own; the step's peaks are
+-- then the highest of all, the first to reach it giving the categories at
+-- the peak (the tape keeps the first moment live bytes are highest).
+-- tests/lua/test_swap_optimizer.lua compares with the step simulated under
+-- each optimizer.
 --
 --   local rec = swap.recorder()
 --   local st = step.run(run, rec)     -- the step, recorded when it can be
 --   if swap.ready(rec) then st2 = swap.price(rec, run2) end
---       -- run2: run with another run.optimizer, nothing else changed
+--       -- run2: run with another run.optimizer, nothing else changed;
+--       -- nil when that optimizer's step keeps something (then simulate)
 --
--- Not recorded (swap.ready false): anything but a training step, an RL
--- update, a jitted framework (its optimizer is fused into the step's
--- outputs, stdlib/xla.lua), a timeline or a compiled-estimate probe.
+-- Not recorded (swap.ready false): inference and generation, a jitted
+-- framework (its optimizer is fused into the step's outputs,
+-- stdlib/xla.lua), a timeline or a compiled-estimate probe.
 local step = require("stdlib.step")
 local optim = require("stdlib.optim")
 
 local M = {}
 
--- Calls step.simulate makes at its seams (step.lua's `rec` argument).
+-- Calls the simulators make at their seams (step.lua's and rl.lua's `rec`
+-- argument), only for a step that can be recorded.
 local Recorder = {}
 Recorder.__index = Recorder
 
-function M.recorder() return setmetatable({}, Recorder) end
+function M.recorder() return setmetatable({ spans = {} }, Recorder) end
 
 local function now(tape)
   local live, reserved = tape:live()
@@ -43,7 +47,6 @@ local function now(tape)
 end
 
 -- A ends: the model built and loaded, adapters made, before the states.
--- (step.simulate calls these only for a step that can be recorded.)
 function Recorder:setup_done(S, trainable)
   self.trainable = trainable
   self.a = now(S.tape)
@@ -51,27 +54,31 @@ function Recorder:setup_done(S, trainable)
   self.a.peak, self.a.peak_reserved, self.a.at_peak = st.peak, st.peak_reserved, st.at_peak
 end
 
--- B ends: the states allocated; C opens.
+-- B ends: the states allocated; a span opens.
 function Recorder:states_done(S)
   self.b = now(S.tape)
   S.tape:window()
 end
 
--- C ends: every backward done.
-function Recorder:backward_done(S)
-  self.c = S.tape:window_peaks()
-  self.c_end = now(S.tape)
+local function close_span(self, S)
+  self.spans[#self.spans + 1] = { window = S.tape:window_peaks() }
 end
 
--- D ends: the optimizer stepped; E opens.
-function Recorder:step_done(S)
-  self.d_end = now(S.tape)
+-- An optimizer step begins (the span before it closes) ...
+function Recorder:step_begins(S)
+  close_span(self, S)
+  self.spans[#self.spans + 1] = { step = now(S.tape) }
+end
+
+-- ... and ends: what it left, and the next span opens.
+function Recorder:step_ends(S)
+  self.spans[#self.spans].left = now(S.tape)
   S.tape:window()
 end
 
--- E ends: the step is over.
+-- The step is over: the last span closes.
 function Recorder:finished(S)
-  self.e = S.tape:window_peaks()
+  close_span(self, S)
   self.done = true
 end
 
@@ -92,9 +99,18 @@ local function plus(a, b, c, d) -- a + b - c + d per category (c, d optional)
   return out
 end
 
+-- Whether two category tables hold the same bytes.
+local function same_cats(a, b)
+  for k, v in pairs(a) do if b[k] ~= v then return false end end
+  return true
+end
+
 -- The peaks of rec's step under run.optimizer: { peak, peak_reserved,
--- at_peak, paged_state_bytes } (only these: no phase, op or phase ends).
--- run: the recorded run with another optimizer, nothing else changed.
+-- at_peak, paged_state_bytes } (only these: no phase, op or phase ends),
+-- or nil when a step of this optimizer or the recorded one's leaves
+-- something behind (then the spans after it would not be the recorded
+-- ones). run: the recorded run with another optimizer, nothing else
+-- changed.
 function M.price(rec, run)
   assert(M.ready(rec), "swap_optimizer.price: the step was not recorded")
   local S = step.new_sim(run) -- the run's allocator rounding
@@ -108,30 +124,28 @@ function M.price(rec, run)
   tape:window()
   optim.step(S, rec.trainable, run.optimizer)
   local d = tape:window_peaks()
-  local d_end = now(tape)
+  if not same_cats(now(tape).cat, s.cat) then return nil end
   -- what this optimizer's states hold beyond the recorded one's
   local a, b0 = rec.a, rec.b
   local shift = s.live - (b0.live - a.live)
   local rshift = s.reserved - (b0.reserved - a.reserved)
-  local c, c_end = rec.c, rec.c_end
   local cshift = plus(s.cat, a.cat, b0.cat) -- s.cat - (b0.cat - a.cat)
-  -- E starts after D's net change, this optimizer's and the recorded one's
-  local dnet, rdnet = d_end.live - s.live, d_end.reserved - s.reserved
-  local dnet0 = rec.d_end.live - c_end.live
-  local rdnet0 = rec.d_end.reserved - c_end.reserved
   local peak, at, rpeak = a.peak, a.at_peak, a.peak_reserved
-  local function at_moment(live, reserved, cats)
+  local function moment(live, reserved, cats)
     if live > peak then peak, at = live, cats() end
     if reserved > rpeak then rpeak = reserved end
   end
-  at_moment(a.live + b.peak, a.reserved + b.rpeak, function() return plus(a.cat, b.at_peak) end)
-  at_moment(c.peak + shift, c.rpeak + rshift, function() return plus(c.at_peak, cshift) end)
-  at_moment(c_end.live + shift + d.peak - s.live, c_end.reserved + rshift + d.rpeak - s.reserved,
-    function() return plus(plus(c_end.cat, cshift), d.at_peak, s.cat) end)
-  at_moment(rec.e.peak + shift + dnet - dnet0, rec.e.rpeak + rshift + rdnet - rdnet0,
-    function()
-      return plus(plus(plus(rec.e.at_peak, cshift), d_end.cat, s.cat), c_end.cat, rec.d_end.cat)
-    end)
+  moment(a.live + b.peak, a.reserved + b.rpeak, function() return plus(a.cat, b.at_peak) end)
+  for _, sp in ipairs(rec.spans) do
+    local w, at0 = sp.window, sp.step
+    if w then
+      moment(w.peak + shift, w.rpeak + rshift, function() return plus(w.at_peak, cshift) end)
+    else
+      if not same_cats(sp.left.cat, at0.cat) then return nil end
+      moment(at0.live + shift + d.peak - s.live, at0.reserved + rshift + d.rpeak - s.reserved,
+        function() return plus(plus(at0.cat, cshift), d.at_peak, s.cat) end)
+    end
+  end
   return { peak = peak, peak_reserved = rpeak, at_peak = at,
            paged_state_bytes = S.paged_state_bytes }
 end
