@@ -222,12 +222,11 @@ function L.linear(S, x, lin, rows)
       S:temp(lin.dequant, label .. ".dequantize")
     end
     if base.rg then
-      local edges = { { x, x.b }, { lin.w, lin.w.b } }
-      if lin.b then edges[3] = { lin.b, lin.b.b } end
       -- MatMul8bitLt saves A (ctx.tensors) and in backward copies CB into
       -- A's dtype: the full dequantized weight, as Linear4bit
-      local saved = (lin.w.rg or (lin.bnb or lin.int8) and x.rg) and { x, lin.w } or { lin.w }
-      S:node(label, saved, edges, { base }, lin.dequant)
+      local keeps_x = lin.w.rg or (lin.bnb or lin.int8) and x.rg
+      S:node_own(label, base, lin.dequant, keeps_x and x or lin.w, keeps_x and lin.w or nil,
+        x, lin.w, lin.b)
     end
     if x ~= x0 then
       S:drop(x)
