@@ -874,6 +874,9 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
       return sent
     end)
     if cut then return nil end
+    if rec and not built and mb == 1 then -- what the measuring pass would find
+      rec.held = rec.forward1.live - (sends and root.b or 0)
+    end
     if not held then -- the measuring pass: nothing after this is read
       return nil, { held = tape:live() - before - (sends and root.b or 0) }
     end
@@ -974,24 +977,35 @@ end
 
 local function simulate(run, L, role, lrun, search, cutoff, measured)
   local family = run.sim
-  local held
+  local held, mkey
+  local function key() -- the measuring pass's key (a search's), once
+    mkey = mkey or measure_key(lrun, L, role, search.base, measured)
+    return mkey
+  end
   local function measure() -- the measuring pass, when it is needed
     if role.inflight > 1 then
-      local key = search and measure_key(lrun, L, role, search.base, measured)
-      held = key and search.held[key]
+      held = search and search.held[key()]
       if not held then
         local _, info = pass(family, lrun, L, role, nil, L.vstages > 1)
         held = info.held
-        if key then search.held[key] = held end
+        if search then search.held[key()] = held end
       end
     end
     return held or 0
   end
   local lean -- a lean search: the step replayed from an equal one's record, or recorded
   if search and search.lean and not lrun.timeline and not lrun.trace then
-    lean = { key = measure_key(lrun, L, role, search.base, measured) .. "|"
-      .. math.min(L.microbatches, 2) }
+    lean = { key = key() .. "|" .. math.min(L.microbatches, 2) }
     lean.rec = search.replays[lean.key]
+    -- a pipeline role whose held bytes are not known yet, one model chunk
+    -- per stage: the step's first forward is the measuring pass's, so the
+    -- step runs first holding no in-flight block, recorded (its forward's
+    -- bytes are the held ones), then is replayed holding them
+    if not lean.rec and role.inflight > 1 and L.vstages == 1 and not search.held[key()] then
+      pass(family, lrun, L, role, 0, nil, nil, lean)
+      search.held[key()] = lean.made.held
+      search.replays[lean.key], lean.rec, lean.made = lean.made, lean.made, nil
+    end
   end
   local st, info = pass(family, lrun, L, role, cutoff and measure or measure(), nil, cutoff,
     lean)
