@@ -295,13 +295,15 @@ end
 -- composed as a stack of their own, the first f - 1 walked. nil when the
 -- stack is uniform or has no such tail of 4 layers or more (MoE every
 -- other layer, cross-attention layers). Read off the run's own layers (a
--- pipeline stage's slice of the list, stdlib/parallel.lua local_run).
+-- pipeline stage's slice of the list, stdlib/parallel.lua local_run): 1
+-- when the slice is uniform though the model is not (the stages after the
+-- dense layers).
 function D.uniform_tail(m)
   if m.uniform or m.cross_layers or not m.moe_layers then return nil end
   local n = m.layers
   local f, kind = n, not m.moe_layers[n]
   while f > 1 and (not m.moe_layers[f - 1]) == kind do f = f - 1 end
-  if n - f + 1 >= 4 and f > 1 then return f end
+  if n - f + 1 >= 4 then return f end
 end
 
 -- Layers 1 .. f - 1 built one by one, then layers f .. n as one group

@@ -171,6 +171,35 @@ function tests.a_uniform_tail_after_dense_layers_equals_every_layer()
   if not ok then error(err, 0) end
 end
 
+-- Pipeline stages slice the layer list (stdlib/parallel.lua local_run): a
+-- stage holding the dense first layers composes its MoE tail, and the
+-- stages after it, all MoE though the model is not uniform, compose whole.
+-- Every rank's budget equals every layer walked.
+function tests.pipeline_stages_of_a_model_with_dense_first_layers()
+  local par = require("stdlib.parallel")
+  local compose = require("stdlib.compose")
+  local composed, layers = 0, compose.layers
+  compose.layers = function(...) composed = composed + 1 return layers(...) end
+  local ok, err = pcall(function()
+    for _, L in ipairs({ { pp = 2, dp = 2, zero = 1 }, { pp = 4 } }) do
+      local run = spec.normalize({ model = { preset = "deepseek_v3", overrides = {
+        num_hidden_layers = 16, first_k_dense_replace = 3, n_routed_experts = 8,
+        num_experts_per_tok = 2, n_group = 1, topk_group = 1 } }, run = { mode = "train",
+        batch = 2, seq = 16, precision = { params = "bf16", dequantize = true },
+        grad_checkpointing = "full" }, parallel = L }, where, registry)
+      run.compose = false
+      local full = par.budget(run)
+      run.compose = nil
+      composed = 0
+      T.eq(par.budget(run), full, "pp " .. L.pp)
+      -- pp 4: 4 layers a stage, the first 3 dense + 1 MoE (walked), 3 all MoE
+      T.ok(composed >= (L.pp == 4 and 3 or 2), "pp " .. L.pp .. ": stages composed")
+    end
+  end)
+  compose.layers = layers
+  if not ok then error(err, 0) end
+end
+
 function tests.skipped_micro_batches_equal_every_micro_batch()
   for _, accum in ipairs({ 1, 2, 3, 5 }) do
     for k, f in ipairs({ {}, { lora = { rank = 4 } }, { grad_checkpointing = "full" },
