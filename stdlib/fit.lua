@@ -320,7 +320,11 @@ function M.knobs(run, budget, depth)
       local r, touched = apply(run, chosen)
       if r then
         -- what the levers changed, less what the device does not see
-        local key = runs.key(r, run, r.parallel and par.device_ignores(r.parallel), touched)
+        -- a layout is read from its parallel: table as written (_spec) and
+        -- the run, so that table keys it (a layout's 30 fields cost more)
+        local kr = r.parallel and setmetatable({ parallel = r.parallel._spec or r.parallel },
+          { __index = r })
+        local key = runs.key(kr or r, run, r.parallel and par.device_ignores(r.parallel), touched)
         if not by_run[key] then
           -- a lever the model refuses (a fused loss under autocast or on a
           -- VLM's head) makes no run; the run as given is never refused here
