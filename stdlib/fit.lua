@@ -299,10 +299,10 @@ function M.knobs(run, budget, depth)
   -- search is lean (it reads the need and at_peak only): a layout whose
   -- rank runs the forward and backward another one ran replays them
   -- (parallel.lua M.search)
-  local memo, by_run, search, steps = {}, {}, par.search(run, nil, true), {}
+  local memo, by_run, search, steps, states = {}, {}, par.search(run, nil, true), {}, {}
   local function one_gpu(r, touched)
     local body = runs.key(r, run, OPTIMIZER, touched)
-    local st = steps[body] and swap.price(steps[body], r)
+    local st = steps[body] and swap.price(steps[body], r, states)
     if st then return frameworks.need(frameworks.of(r), st.peak_reserved), st end
     local rec = swap.recorder()
     local need, st = M.need(r, nil, rec)

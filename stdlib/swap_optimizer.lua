@@ -111,8 +111,37 @@ end
 -- something behind (then the spans after it would not be the recorded
 -- ones). run: the recorded run with another optimizer, nothing else
 -- changed.
-function M.price(rec, run)
-  assert(M.ready(rec), "swap_optimizer.price: the step was not recorded")
+-- The parameters' shapes as the optimizer reads them (optim.lua: n, rows,
+-- dtype, bytes; a group's copies), as a string.
+local function shape(list)
+  local out = {}
+  local function one(p) out[#out + 1] = ("%d,%s,%s,%d;"):format(p.n, p.rows, p.dt, p.b) end
+  for _, p in ipairs(list) do
+    if p.group then
+      out[#out + 1] = "g" .. p.count .. "("
+      for _, q in ipairs(p.params) do one(q) end
+      out[#out + 1] = ")"
+    else
+      one(p)
+    end
+  end
+  return table.concat(out)
+end
+
+-- B and D under run.optimizer on a tape of their own: what the states
+-- allocate (b: the window; s: where they end) and the step's window d,
+-- or false when the step leaves something behind. A function of the
+-- trainable parameters' shapes, the optimizer and the allocator only, so
+-- memo (optional: a table) keeps it for steps with the same shapes (the
+-- losses and batches of one model).
+local function own(rec, run, memo)
+  local key
+  if memo then
+    rec.shape = rec.shape or shape(rec.trainable)
+    key = require("stdlib.run").key({ optimizer = run.optimizer, framework = run.framework },
+      {}) .. rec.shape
+    if memo[key] ~= nil then return memo[key] end
+  end
   local S = step.new_sim(run) -- the run's allocator rounding
   local tape = S.tape
   -- B under this optimizer, from nothing
@@ -124,7 +153,18 @@ function M.price(rec, run)
   tape:window()
   optim.step(S, rec.trainable, run.optimizer)
   local d = tape:window_peaks()
-  if not same_cats(now(tape).cat, s.cat) then return nil end
+  local out = same_cats(now(tape).cat, s.cat) and
+    { b = b, s = s, d = d, paged = S.paged_state_bytes } or false
+  if memo then memo[key] = out end
+  return out
+end
+
+-- memo (optional): a table kept across calls (own above).
+function M.price(rec, run, memo)
+  assert(M.ready(rec), "swap_optimizer.price: the step was not recorded")
+  local o = own(rec, run, memo)
+  if not o then return nil end
+  local b, s, d = o.b, o.s, o.d
   -- what this optimizer's states hold beyond the recorded one's
   local a, b0 = rec.a, rec.b
   local shift = s.live - (b0.live - a.live)
@@ -146,8 +186,7 @@ function M.price(rec, run)
         function() return plus(plus(at0.cat, cshift), d.at_peak, s.cat) end)
     end
   end
-  return { peak = peak, peak_reserved = rpeak, at_peak = at,
-           paged_state_bytes = S.paged_state_bytes }
+  return { peak = peak, peak_reserved = rpeak, at_peak = at, paged_state_bytes = o.paged }
 end
 
 return M

@@ -37,6 +37,8 @@ local OPTIMIZERS = {
   { name = "none" },
 }
 
+local MEMO = {}
+
 local function peaks(st)
   return { peak = st.peak, peak_reserved = st.peak_reserved, at_peak = st.at_peak,
     paged = st.paged_state_bytes }
@@ -66,6 +68,10 @@ local function case(what, preset, over, fields, own, still)
     local want = peaks(step.run(other))
     T.eq(peaks(swap.price(rec, other)), want, ("%s: optimizer %d (%s)"):format(what, k,
       opt.name))
+    -- and with the states and steps remembered across every case of this
+    -- file (keyed by the parameters' shapes, the optimizer and framework)
+    T.eq(peaks(swap.price(rec, other, MEMO)), want, ("%s: optimizer %d (%s), remembered")
+      :format(what, k, opt.name))
     if want.peak_reserved ~= st.peak_reserved then moved = moved + 1 end
     ::next::
   end
