@@ -17,8 +17,21 @@
 
 #define TAPE "vram.tape"
 
+/* The labels met last, by the address of their text. Scripts pass the
+ * same few Lua strings over and over (Lua keeps one copy of each short
+ * string), so the address finds the interned index without the tape's
+ * strlen, hash and probe. The address is only a hint: a collected string's
+ * address may be reused by another, so a hit is confirmed by comparing the
+ * text with the interned one (as the tape's own lookup compares). */
+#define SEEN 32 /* a power of two */
+typedef struct {
+  const char *s;
+  int index;
+} seen_label;
+
 typedef struct {
   vr_tape *t;
+  seen_label seen[SEEN];
 } ltape;
 
 /* The methods' upvalues: the tape metatable, then the field names the
@@ -28,7 +41,10 @@ enum { UP_META = 1, UP_ID, UP_RG, UP_B, UP_N = UP_B };
 
 /* Argument 1 as a tape box: a metatable compare against the methods' own
  * upvalue (luaL_checkudata finds the metatable by name on every call, and
- * raises the usual message when it is not a tape). */
+ * raises the usual message when it is not a tape). Each method asks once,
+ * first (so a wrong self is named as such): the box is argument 1, so it
+ * stays alive and in place for the whole call; only its tape may change
+ * (a script's code closing it), which tape() checks. */
 static ltape *box(lua_State *L) {
   void *p = lua_touserdata(L, 1);
   if (p && lua_getmetatable(L, 1)) {
@@ -39,13 +55,15 @@ static ltape *box(lua_State *L) {
   return (ltape *)luaL_checkudata(L, 1, TAPE);
 }
 
-/* The tape of argument 1; raises when it is closed. Call it after the last
- * call that can run Lua code. */
-static vr_tape *check(lua_State *L) {
-  ltape *u = box(L);
+/* The box's tape; raises when it is closed. Call it after the last call
+ * that can run Lua code. */
+static vr_tape *tape(lua_State *L, const ltape *u) {
   if (!u->t) luaL_error(L, "tape is closed");
   return u->t;
 }
+
+/* The tape of argument 1, for a method that runs no Lua code before it. */
+static vr_tape *check(lua_State *L) { return tape(L, box(L)); }
 
 static int fail(lua_State *L, const char *method, vr_status st) {
   if (st == VR_ENOMEM) /* the tape allocates from the state's budget */
@@ -81,27 +99,31 @@ static int checkcat(lua_State *L, int arg) {
   return c;
 }
 
-/* Argument 1 must be a tape (checked first, so a wrong self is named as
- * such); the pointer is taken later, by check. */
-static void self(lua_State *L) { box(L); }
-
 /* An optional label argument, read before the tape is looked up. */
 static const char *optname(lua_State *L, int arg) {
   return lua_isnoneornil(L, arg) ? NULL : luaL_checkstring(L, arg);
 }
 
 /* The interned index of a label (-1 for none); raises when the table is full. */
-static int intern(lua_State *L, vr_tape *t, const char *name, const char *method) {
+static int intern(lua_State *L, ltape *u, vr_tape *t, const char *name, const char *method) {
+  if (!name) return -1;
+  /* Lua allocates strings 8- or 16-byte aligned: drop the low bits */
+  seen_label *e = &u->seen[((uintptr_t)name >> 4) & (SEEN - 1)];
+  if (e->s == name) {
+    const char *have = vr_tape_string(t, e->index);
+    if (have && strcmp(have, name) == 0) return e->index;
+  }
   int k = -1;
-  vr_status st = name ? vr_tape_intern(t, name, &k) : VR_OK;
+  vr_status st = vr_tape_intern(t, name, &k);
   if (st) fail(L, method, st);
+  *e = (seen_label){name, k};
   return k;
 }
 
 static int l_new(lua_State *L) {
   ltape *u = (ltape *)lua_newuserdatauv(L, sizeof *u, 0);
   vr_mem mem;
-  u->t = NULL;
+  memset(u, 0, sizeof *u);
   luaL_setmetatable(L, TAPE);
   /* the state's allocator: the host's memory budget covers the tape */
   mem.fn = lua_getallocf(L, &mem.ud);
@@ -111,14 +133,14 @@ static int l_new(lua_State *L) {
 }
 
 static int alloc_common(lua_State *L, bool param) {
-  self(L);
+  ltape *u = box(L);
   const char *method = param ? "param" : "alloc";
   int64_t bytes = vb_checkint(L, 2, 0, "bytes");
   int cat = checkcat(L, 3);
   const char *label = optname(L, 4);
-  vr_tape *t = check(L);
+  vr_tape *t = tape(L, u);
   int64_t id = 0;
-  vr_status st = vr_tape_alloc(t, bytes, cat, intern(L, t, label, method), param, &id);
+  vr_status st = vr_tape_alloc(t, bytes, cat, intern(L, u, t, label, method), param, &id);
   if (st) return fail(L, method, st);
   lua_pushinteger(L, (lua_Integer)id);
   return 1;
@@ -157,12 +179,12 @@ static int l_replay_drop(lua_State *L) {
 
 /* t:temp(bytes, category [, label]): a transient inside one op */
 static int l_temp(lua_State *L) {
-  self(L);
+  ltape *u = box(L);
   int64_t bytes = vb_checkint(L, 2, 0, "bytes");
   int cat = checkcat(L, 3);
   const char *label = optname(L, 4);
-  vr_tape *t = check(L);
-  vr_status st = vr_tape_temp(t, bytes, cat, intern(L, t, label, "temp"));
+  vr_tape *t = tape(L, u);
+  vr_status st = vr_tape_temp(t, bytes, cat, intern(L, u, t, label, "temp"));
   return st ? fail(L, "temp", st) : 0;
 }
 
@@ -210,7 +232,7 @@ static int read_edges(lua_State *L, int arg, vr_edge *buf) {
 
 /* t:node(saved, edges, outputs [, temp_bytes [, label]]) */
 static int l_node(lua_State *L) {
-  self(L);
+  ltape *u = box(L);
   int64_t saved[VR_MAX_EDGES], outs[VR_MAX_EDGES];
   vr_edge edges[VR_MAX_EDGES];
   int ns = read_ids(L, 2, saved, VR_MAX_EDGES, "saved tensors");
@@ -218,8 +240,8 @@ static int l_node(lua_State *L) {
   int no = read_ids(L, 4, outs, VR_MAX_EDGES, "outputs");
   int64_t temp = lua_isnoneornil(L, 5) ? 0 : vb_checkint(L, 5, 0, "temp bytes");
   const char *label = optname(L, 6);
-  vr_tape *t = check(L); /* after the lists: their metamethods may have closed it */
-  vr_status st = vr_tape_node(t, saved, ns, edges, ne, outs, no, temp, intern(L, t, label, "node"));
+  vr_tape *t = tape(L, u); /* after the lists: their metamethods may have closed it */
+  vr_status st = vr_tape_node(t, saved, ns, edges, ne, outs, no, temp, intern(L, u, t, label, "node"));
   return st ? fail(L, "node", st) : 0;
 }
 
@@ -269,7 +291,7 @@ static int read_tensor_ids(lua_State *L, int arg, int64_t *buf, const char *what
  * the node, and with none the node is not recorded. temp_bytes nil or false:
  * none. Returns whether it was recorded. */
 static int l_node_of(lua_State *L) {
-  self(L);
+  ltape *u = box(L);
   int64_t saved[VR_MAX_EDGES], outs[VR_MAX_EDGES];
   vr_edge edges[VR_MAX_EDGES];
   int ne = 0;
@@ -328,8 +350,8 @@ static int l_node_of(lua_State *L) {
   int no = read_tensor_ids(L, 4, outs, "outputs");
   int64_t temp = lua_toboolean(L, 5) ? vb_checkint(L, 5, 0, "temp bytes") : 0; /* temp or 0 */
   const char *label = optname(L, 6);
-  vr_tape *t = check(L); /* after the lists: their metamethods may have closed it */
-  vr_status st = vr_tape_node(t, saved, ns, edges, ne, outs, no, temp, intern(L, t, label, "node"));
+  vr_tape *t = tape(L, u); /* after the lists: their metamethods may have closed it */
+  vr_status st = vr_tape_node(t, saved, ns, edges, ne, outs, no, temp, intern(L, u, t, label, "node"));
   if (st) return fail(L, "node", st);
   lua_pushboolean(L, 1);
   return 1;
@@ -338,7 +360,7 @@ static int l_node_of(lua_State *L) {
 /* t:drop_of(x, ...): drop each tensor given ({id = ...}); nil and false are
  * skipped (stdlib/sim.lua's Sim:drop) */
 static int l_drop_of(lua_State *L) {
-  self(L);
+  ltape *u = box(L);
   int64_t ids[VR_MAX_EDGES];
   int n = 0, top = lua_gettop(L);
   for (int i = 2; i <= top; i++) {
@@ -346,7 +368,7 @@ static int l_drop_of(lua_State *L) {
     if (n >= VR_MAX_EDGES) return luaL_error(L, "tape:drop_of: more than %d tensors", VR_MAX_EDGES);
     ids[n++] = field_id(L, i, UP_ID, i, "tensor", i - 1);
   }
-  vr_tape *t = check(L); /* after the fields: their metamethods may have closed it */
+  vr_tape *t = tape(L, u); /* after the fields: their metamethods may have closed it */
   for (int i = 0; i < n; i++) {
     vr_status st = vr_tape_drop(t, ids[i]);
     if (st) return fail(L, "drop", st);
@@ -364,7 +386,7 @@ static int l_drop_of(lua_State *L) {
  * layer's nper pairs only: layer j's parameters are theirs + j * stride
  * (layers whose parameters the tape made as copies, tape:capture_repeat). */
 static int l_bulk(lua_State *L) {
-  self(L);
+  ltape *u = box(L);
   int64_t per = vb_checkint(L, 2, 0, "bytes per layer");
   int64_t rper = vb_checkint(L, 3, 0, "reserved bytes per layer");
   int64_t iters = vb_checkint(L, 4, 0, "layers");
@@ -404,10 +426,10 @@ static int l_bulk(lua_State *L) {
       return luaL_argerror(L, 8, "stride: parameter ids overflow");
     e[i] = (vr_edge){p.tensor + stride, p.bytes, -1};
   }
-  vr_tape *t = check(L); /* after the list: its metamethods may have closed it */
+  vr_tape *t = tape(L, u); /* after the list: its metamethods may have closed it */
   int index = 0;
   vr_status st =
-      vr_tape_bulk(t, per, rper, iters, e, (int)nper, intern(L, t, label, "bulk"), &index);
+      vr_tape_bulk(t, per, rper, iters, e, (int)nper, intern(L, u, t, label, "bulk"), &index);
   if (st) return fail(L, "bulk", st);
   lua_pushinteger(L, index);
   return 1;
@@ -467,7 +489,7 @@ static int l_echo_end(lua_State *L) {
  * weight casts under autocast, stdlib/compose.lua): their new ids, in order */
 #define ECHO_QUERIES 1024
 static int l_echo_replay(lua_State *L) {
-  self(L);
+  ltape *u = box(L);
   int64_t flat[2 * VR_MAX_EDGES], from[VR_MAX_EDGES], to[VR_MAX_EDGES];
   int64_t query[ECHO_QUERIES], answer[ECHO_QUERIES]; /* 16 KiB of stack */
   int n = read_ids(L, 2, flat, 2 * VR_MAX_EDGES, "id pairs");
@@ -485,7 +507,7 @@ static int l_echo_replay(lua_State *L) {
     query[0] = (int64_t)luaL_checkinteger(L, 6);
   if (lo < 0 || hi < lo || (hi > lo && (delta > INT64_MAX - hi || delta < -lo)))
     return luaL_argerror(L, 5, "the shifted ids leave 0 .. 2^63");
-  vr_status st = vr_tape_echo_replay(check(L), from, to, n / 2, lo, hi, delta, query, nq, answer);
+  vr_status st = vr_tape_echo_replay(tape(L, u), from, to, n / 2, lo, hi, delta, query, nq, answer);
   if (st) return fail(L, "echo_replay", st);
   luaL_checkstack(L, nq, "echo_replay");
   for (int i = 0; i < nq; i++) lua_pushinteger(L, (lua_Integer)answer[i]);
@@ -499,13 +521,13 @@ static int l_ckpt_begin(lua_State *L) {
 
 /* t:ckpt_end(inputs, outputs [, label]) */
 static int l_ckpt_end(lua_State *L) {
-  self(L);
+  ltape *u = box(L);
   int64_t ins[VR_MAX_EDGES], outs[VR_MAX_EDGES];
   int ni = read_ids(L, 2, ins, VR_MAX_EDGES, "inputs");
   int no = read_ids(L, 3, outs, VR_MAX_EDGES, "outputs");
   const char *label = optname(L, 4);
-  vr_tape *t = check(L); /* after the lists: their metamethods may have closed it */
-  vr_status st = vr_tape_ckpt_end(t, ins, ni, outs, no, intern(L, t, label, "ckpt_end"));
+  vr_tape *t = tape(L, u); /* after the lists: their metamethods may have closed it */
+  vr_status st = vr_tape_ckpt_end(t, ins, ni, outs, no, intern(L, u, t, label, "ckpt_end"));
   return st ? fail(L, "ckpt_end", st) : 0;
 }
 
@@ -522,9 +544,9 @@ static int l_zero_grad(lua_State *L) {
 }
 
 static int l_phase(lua_State *L) {
-  self(L);
+  ltape *u = box(L);
   const char *name = luaL_checkstring(L, 2);
-  vr_status st = vr_tape_phase(check(L), name);
+  vr_status st = vr_tape_phase(tape(L, u), name);
   return st ? fail(L, "phase", st) : 0;
 }
 
@@ -578,18 +600,19 @@ static int l_live_by_category(lua_State *L) {
 /* t:stats() -> {live, peak, peak_phase, peak_op, at_peak = {cat = bytes},
  *               live_by_category, phase_peaks = {phase = bytes}} */
 static int l_stats(lua_State *L) {
+  ltape *u = box(L);
   vr_tape_stats s;
-  vr_tape_stats_get(check(L), &s);
+  vr_tape_stats_get(tape(L, u), &s);
   /* Lua allocates from here on, and a collection step may run a finalizer
    * that closes this tape: every read from it goes through check again */
   lua_createtable(L, 0, 7);
   set_int(L, "live", s.live);
   set_int(L, "peak", s.peak);
   set_int(L, "peak_reserved", s.peak_reserved);
-  lua_pushstring(L, vr_tape_string(check(L), s.peak_phase));
+  lua_pushstring(L, vr_tape_string(tape(L, u), s.peak_phase));
   lua_setfield(L, -2, "peak_phase");
   if (s.peak_label >= 0) {
-    lua_pushstring(L, vr_tape_string(check(L), s.peak_label));
+    lua_pushstring(L, vr_tape_string(tape(L, u), s.peak_label));
     lua_setfield(L, -2, "peak_op");
   }
   push_cats(L, s.peak_by_cat);
@@ -598,11 +621,11 @@ static int l_stats(lua_State *L) {
   lua_setfield(L, -2, "live_by_category");
   /* every phase reached (the string table holds no more than 2^20) */
   lua_newtable(L);
-  for (int i = 0; i < vr_tape_nstrings(check(L)); i++) {
-    int64_t peak = vr_tape_phase_peak(check(L), i);
+  for (int i = 0; i < vr_tape_nstrings(tape(L, u)); i++) {
+    int64_t peak = vr_tape_phase_peak(tape(L, u), i);
     if (peak <= 0) continue;
     lua_pushinteger(L, (lua_Integer)peak);
-    lua_setfield(L, -2, vr_tape_string(check(L), i));
+    lua_setfield(L, -2, vr_tape_string(tape(L, u), i));
   }
   lua_setfield(L, -2, "phase_peaks");
   return 1;
@@ -648,11 +671,12 @@ static int l_trace(lua_State *L) {
 
 /* t:take_trace() -> vram.trace (nil when the tape was not tracing) */
 static int l_take_trace(lua_State *L) {
-  check(L);
+  ltape *u = box(L);
+  tape(L, u);
   /* the box first (raising later would leak the trace); creating it may
    * run a finalizer, so the tape is looked up again after */
   struct vr_trace **slot = vb_push_trace_box(L);
-  *slot = vr_tape_take_trace(check(L));
+  *slot = vr_tape_take_trace(tape(L, u));
   return *slot ? 1 : 0;
 }
 
@@ -672,10 +696,11 @@ static int l_mark(lua_State *L) {
 
 /* t:names() -> {interned strings by index}: labels and phases */
 static int l_names(lua_State *L) {
-  check(L);
+  ltape *u = box(L);
+  tape(L, u);
   lua_newtable(L);
   for (int i = 0;; i++) {
-    const char *s = vr_tape_string(check(L), i); /* (a finalizer may close it) */
+    const char *s = vr_tape_string(tape(L, u), i); /* (a finalizer may close it) */
     if (!s) break;
     lua_pushstring(L, s);
     lua_rawseti(L, -2, i + 1);
@@ -728,7 +753,7 @@ typedef struct {
   size_t first, last;
 } tl_span;
 
-static void push_point(lua_State *L, const tl_point *p, bool with_recompute) {
+static void push_point(lua_State *L, const ltape *u, const tl_point *p, bool with_recompute) {
   lua_createtable(L, 0, 6);
   lua_pushinteger(L, (lua_Integer)p->i);
   lua_setfield(L, -2, "i");
@@ -741,10 +766,10 @@ static void push_point(lua_State *L, const tl_point *p, bool with_recompute) {
       lua_setfield(L, -2, vr_cat_name(c));
     }
   lua_setfield(L, -2, "by");
-  lua_pushstring(L, vr_tape_string(check(L), p->phase));
+  lua_pushstring(L, vr_tape_string(tape(L, u), p->phase));
   lua_setfield(L, -2, "phase");
   if (p->label >= 0) {
-    lua_pushstring(L, vr_tape_string(check(L), p->label));
+    lua_pushstring(L, vr_tape_string(tape(L, u), p->label));
     lua_setfield(L, -2, "op");
   }
   if (with_recompute) {
@@ -759,8 +784,9 @@ static void push_point(lua_State *L, const tl_point *p, bool with_recompute) {
  * table). Every buffer is allocated first; the passes over the events then
  * run in C without calling Lua, and the tables are made last. */
 static int l_timeline_collect(lua_State *L) {
+  ltape *u = box(L);
   int64_t want = vb_checkint(L, 2, 1, "samples");
-  size_t n = vr_tape_timeline_len(check(L));
+  size_t n = vr_tape_timeline_len(tape(L, u));
   if (n == 0) {
     lua_pushnil(L);
     return 1;
@@ -769,7 +795,7 @@ static int l_timeline_collect(lua_State *L) {
   if (n > UINT32_MAX) return luaL_error(L, "tape:timeline_collect: too many events");
   size_t *best = (size_t *)lua_newuserdatauv(L, k * sizeof *best, 0);
   tl_point *pts = (tl_point *)lua_newuserdatauv(L, (k + 1) * sizeof *pts, 0);
-  vr_tape *t = check(L);
+  vr_tape *t = tape(L, u);
   /* pass 1: the first highest event of each stretch, and the span count */
   int64_t live = 0, top = 0;
   int32_t phase = -1;
@@ -788,7 +814,7 @@ static int l_timeline_collect(lua_State *L) {
     rec = e->recompute;
   }
   tl_span *spans = (tl_span *)lua_newuserdatauv(L, nspans * sizeof *spans, 0);
-  t = check(L);
+  t = tape(L, u);
   /* pass 2: the spans, the categories at each sample, the peak */
   tl_point cur = {0, 0, {0}, 0, -1, -1, false}, *peak = &pts[k];
   *peak = cur;
@@ -816,14 +842,14 @@ static int l_timeline_collect(lua_State *L) {
   lua_setfield(L, -2, "events");
   lua_createtable(L, (int)k, 0);
   for (size_t j = 0; j < k; j++) {
-    push_point(L, &pts[j], true);
+    push_point(L, u, &pts[j], true);
     lua_rawseti(L, -2, (lua_Integer)j + 1);
   }
   lua_setfield(L, -2, "samples");
   lua_createtable(L, (int)nspans, 0);
   for (size_t j = 0; j < nspans; j++) {
     lua_createtable(L, 0, 4);
-    lua_pushstring(L, vr_tape_string(check(L), spans[j].phase));
+    lua_pushstring(L, vr_tape_string(tape(L, u), spans[j].phase));
     lua_setfield(L, -2, "phase");
     lua_pushinteger(L, (lua_Integer)spans[j].first);
     lua_setfield(L, -2, "first");
@@ -835,7 +861,7 @@ static int l_timeline_collect(lua_State *L) {
   }
   lua_setfield(L, -2, "spans");
   if (peak->i > 0) {
-    push_point(L, peak, false);
+    push_point(L, u, peak, false);
   } else { /* no event rose above zero */
     lua_createtable(L, 0, 2);
     lua_pushinteger(L, 0);
@@ -850,8 +876,9 @@ static int l_timeline_collect(lua_State *L) {
 /* t:timeline_event(i) -> delta, category, phase, recompute, label|nil
  * (i from 1 to timeline_len) */
 static int l_timeline_event(lua_State *L) {
+  ltape *u = box(L);
   lua_Integer i = luaL_checkinteger(L, 2);
-  vr_tape *t = check(L);
+  vr_tape *t = tape(L, u);
   const vr_tl_event *at = i >= 1 ? vr_tape_timeline_at(t, (size_t)(i - 1)) : NULL;
   if (!at)
     return luaL_argerror(L, 2, lua_pushfstring(L, "no timeline event %I (the tape kept %I)", i,
@@ -860,10 +887,10 @@ static int l_timeline_event(lua_State *L) {
   vr_tl_event e = *at;
   lua_pushinteger(L, (lua_Integer)e.delta);
   lua_pushstring(L, vr_cat_name(e.cat));
-  lua_pushstring(L, vr_tape_string(check(L), e.phase));
+  lua_pushstring(L, vr_tape_string(tape(L, u), e.phase));
   lua_pushboolean(L, e.recompute);
   if (e.label >= 0)
-    lua_pushstring(L, vr_tape_string(check(L), e.label));
+    lua_pushstring(L, vr_tape_string(tape(L, u), e.label));
   else
     lua_pushnil(L);
   return 5;

@@ -350,6 +350,43 @@ function tests.alloc_and_drop_should_track_live_bytes_and_peak()
   T.eq(t:bytes(c), nil, "a freed tensor has no size")
 end
 
+-- The binding remembers labels by the address of their Lua string; a label
+-- made, collected, and another made (often at the same address) must still
+-- be named by its own text, on every call that takes a label.
+function tests.labels_should_keep_their_text_when_strings_are_collected_and_made_again()
+  local t = vram.tape()
+  t:timeline(true)
+  local want = {}
+  for i = 1, 400 do
+    local label = string.format("op%d", i) -- a new short string each time
+    local k = i % 3
+    if k == 0 then
+      t:drop(t:alloc(i, "activations", label))
+    elseif k == 1 then
+      t:temp(i, "temporaries", label)
+    else
+      t:drop(t:param(i, "weights", label))
+    end
+    want[#want + 1] = label
+    label = nil -- luacheck: ignore (the string may now be collected)
+    if i % 7 == 0 then collectgarbage() end
+  end
+  local names = t:names()
+  T.eq(#names, 1 + 400 + 0, "setup, then each label once")
+  for i = 1, 400 do T.eq(names[i + 1], want[i], "label " .. i) end
+  -- the label of each event is the op that made it
+  local n = t:timeline_len()
+  local seen = {}
+  for i = 1, n do
+    local _, _, _, _, op = t:timeline_event(i)
+    if op then seen[op] = (seen[op] or 0) + 1 end
+  end
+  for i = 1, 400 do T.ok(seen[want[i]], "op" .. i .. " labels its events") end
+  -- an embedded NUL ends a label, as the tape's own lookup reads it
+  t:alloc(1, "activations", "op5\0tail")
+  T.eq(#t:names(), 401, "op5\\0tail is op5")
+end
+
 function tests.a_temporary_should_raise_the_peak_but_not_live_bytes()
   local t = vram.tape()
   t:alloc(100, "activations")
