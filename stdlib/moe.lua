@@ -23,6 +23,7 @@
 --            projection (transformers' grouped_mm, megablocks, torchtitan)
 --   dense    every expert on every token (gpt-oss inference in transformers)
 local layers = require("stdlib.layers")
+local compose = require("stdlib.compose")
 
 local M = {}
 
@@ -222,8 +223,91 @@ local function expert_mlp(S, xe, B, e, n, label)
   return out
 end
 
+-- Expert e's turn in the eager loop on its n gathered rows; prev: the
+-- accumulator's last index_add_ version (nil before the first). Returns
+-- the version after it.
+local function one_expert(S, x, B, w, e, n, rows, acc_dt, final, prev, label)
+  local H, k = B.hidden, B.o.top_k
+  local el = label .. ".expert"
+  -- torch.where(expert_mask[e].squeeze(0)): the indexing copies the
+  -- expert's (k, rows) int64 slice; where returns idx and top_x
+  S:temp(S:bytes("int64", rows * k), el .. ".mask_slice")
+  local slot = S:new_tensor(n, "int64", el .. ".where_idx", false)
+  local top_x = S:new_tensor(n, "int64", el .. ".where_top_x", false)
+  -- hidden_states[top_x]: IndexBackward scatters into a zero (rows, H)
+  local xe = S:new_tensor(n * H, x.dt, el .. ".gather", S:rg(x))
+  S:node(el .. ".gather", { top_x }, { { x, S:bytes(x.dt, rows * H) } }, { xe })
+  local ye = expert_mlp(S, xe, B, e, n, el)
+  S:drop(xe)
+  -- routing_weights[top_x, idx, None]
+  local we = S:new_tensor(n, w.dt, el .. ".weight", S:rg(w))
+  S:node(el .. ".weight", { top_x, slot }, { { w, w.b } }, { we })
+  local wy = S:new_tensor(n * H, S.promote(ye.dt, we.dt), el .. ".weighted", S:rg(ye, we))
+  S:node(el .. ".weighted", { ye, we }, { { ye }, { we } }, { wy })
+  S:drop(ye, we)
+  local src = wy
+  if wy.dt ~= acc_dt then
+    src = S:to(wy, acc_dt, el .. ".to_dtype")
+    S:drop(wy)
+  end
+  -- index_add_ in place: each call is a node whose backward hands the
+  -- accumulator's gradient on unchanged and index_selects (n, H) for
+  -- the source; versions of `final` are zero-byte handles. Its formula
+  -- (derivatives.yaml: grad.index_select(dim, index).expand_as(source))
+  -- names `source`, so autograd saves the (n, H) source itself: measured,
+  -- the y * w products stay live until backward (tests/truth n01, n14, n18)
+  if src.rg then
+    local ver = S:new_tensor(0, acc_dt, el .. ".index_add", true)
+    ver.b, ver.n = final.b, final.n
+    local edges = { { src, S:bytes(acc_dt, n * H) } }
+    if prev then edges[2] = { prev, alias = 1 } end
+    S:node(el .. ".index_add", { top_x, src }, edges, { ver })
+    if prev then S:drop(prev) end
+    prev = ver
+  end
+  S:drop(src, slot, top_x)
+  return prev
+end
+
+-- The parameters under t (an expert's MLP), in creation order.
+local function params_of(t, out)
+  for _, v in pairs(t) do
+    if type(v) == "table" then
+      if v.param then out[#out + 1] = v else params_of(v, out) end
+    end
+  end
+  return out
+end
+
+-- Expert e's parameters as expert f's shifted by one stride: [lo, hi)
+-- holding f's, and the shift, when every parameter of e is f's (alike but
+-- for its id) at f's id + the shift; nil otherwise. Fused weights (gpt-oss)
+-- are every expert's: nothing to shift.
+local function shift(B, f, e)
+  if B.o.fused then return 0, 0, 0 end
+  local a, b = params_of(B.experts[f], {}), params_of(B.experts[e], {})
+  if #a ~= #b or #a == 0 then return nil end
+  local by_id = function(p, q) return p.id < q.id end
+  table.sort(a, by_id)
+  table.sort(b, by_id)
+  local delta = b[1].id - a[1].id
+  for i = 1, #a do
+    if b[i].id - a[i].id ~= delta or not compose.alike(a[i], b[i]) then return nil end
+  end
+  return a[1].id, a[#a].id + 1, delta
+end
+
 -- The routed experts, transformers' eager loop. Returns (rows, H) in the
 -- accumulator dtype.
+--
+-- Experts with as many rows do the same events but for ids (their
+-- parameters, the chained index_add_ version, their new tensors): an
+-- expert is walked under an echo (nested in the layer's, when the layer is
+-- echoed: stdlib/compose.lua) and the tape replays it for the next experts
+-- of its count, its parameters shifted to theirs and the version before
+-- it theirs (x, w, final and the mask stay), as walking them would. Not
+-- under autocast (its weight casts are state outside the tape) nor where
+-- the run composes nothing (S.composable).
 local function loop(S, x, B, w, rows, label)
   local o = B.o
   local H, k = B.hidden, o.top_k
@@ -238,48 +322,26 @@ local function loop(S, x, B, w, rows, label)
   else
     counts = M.tokens_per_expert(rows, k, o.experts, o.capacity_factor, o.imbalance)
   end
-  local prev = nil
+  local tape = S.tape
+  local fast = S.composable and not S.autocast
+  local prev, echo = nil, nil -- echo: the expert echoed, {e, n, prev, out}
   for e = 1, o.experts do
     local n = counts[e]
-    if n > 0 then
-      local el = label .. ".expert"
-      -- torch.where(expert_mask[e].squeeze(0)): the indexing copies the
-      -- expert's (k, rows) int64 slice; where returns idx and top_x
-      S:temp(S:bytes("int64", rows * k), el .. ".mask_slice")
-      local slot = S:new_tensor(n, "int64", el .. ".where_idx", false)
-      local top_x = S:new_tensor(n, "int64", el .. ".where_top_x", false)
-      -- hidden_states[top_x]: IndexBackward scatters into a zero (rows, H)
-      local xe = S:new_tensor(n * H, x.dt, el .. ".gather", S:rg(x))
-      S:node(el .. ".gather", { top_x }, { { x, S:bytes(x.dt, rows * H) } }, { xe })
-      local ye = expert_mlp(S, xe, B, e, n, el)
-      S:drop(xe)
-      -- routing_weights[top_x, idx, None]
-      local we = S:new_tensor(n, w.dt, el .. ".weight", S:rg(w))
-      S:node(el .. ".weight", { top_x, slot }, { { w, w.b } }, { we })
-      local wy = S:new_tensor(n * H, S.promote(ye.dt, we.dt), el .. ".weighted", S:rg(ye, we))
-      S:node(el .. ".weighted", { ye, we }, { { ye }, { we } }, { wy })
-      S:drop(ye, we)
-      local src = wy
-      if wy.dt ~= acc_dt then
-        src = S:to(wy, acc_dt, el .. ".to_dtype")
-        S:drop(wy)
-      end
-      -- index_add_ in place: each call is a node whose backward hands the
-      -- accumulator's gradient on unchanged and index_selects (n, H) for
-      -- the source; versions of `final` are zero-byte handles. Its formula
-      -- (derivatives.yaml: grad.index_select(dim, index).expand_as(source))
-      -- names `source`, so autograd saves the (n, H) source itself: measured,
-      -- the y * w products stay live until backward (tests/truth n01, n14, n18)
-      if src.rg then
-        local ver = S:new_tensor(0, acc_dt, el .. ".index_add", true)
-        ver.b, ver.n = final.b, final.n
-        local edges = { { src, S:bytes(acc_dt, n * H) } }
-        if prev then edges[2] = { prev, alias = 1 } end
-        S:node(el .. ".index_add", { top_x, src }, edges, { ver })
-        if prev then S:drop(prev) end
-        prev = ver
-      end
-      S:drop(src, slot, top_x)
+    local lo, hi, delta
+    if echo and echo.n == n and (prev == nil) == (echo.prev == nil) then
+      lo, hi, delta = shift(B, echo.e, e)
+    end
+    if lo then
+      local out = tape:echo_replay(prev and { echo.prev.id, prev.id } or {}, lo, hi, delta,
+        echo.out and echo.out.id or x.id)
+      prev = echo.out and compose.moved(echo.out, out)
+      S.experts_replayed = (S.experts_replayed or 0) + 1 -- (tests/lua/test_fastpath.lua)
+    elseif n > 0 then
+      local try = fast and e < o.experts and counts[e + 1] == n
+      if try then tape:echo() end
+      local before = prev
+      prev = one_expert(S, x, B, w, e, n, rows, acc_dt, final, prev, label)
+      echo = try and tape:echo_end() and { e = e, n = n, prev = before, out = prev } or nil
     end
   end
   S:drop(mask)

@@ -472,6 +472,9 @@ static int l_capture_repeat(lua_State *L) {
 /* t:echo(): from now on keep what the tape does (tape.h vr_tape_echo_begin) */
 static int l_echo(lua_State *L) {
   vr_status st = vr_tape_echo_begin(check(L));
+  if (st == VR_ENESTED) /* echoes nest (not in a capture), VR_ECHO_DEPTH deep */
+    return luaL_error(L, "tape:echo: a capture is open, or %d echoes are (they nest %d deep)",
+                      VR_ECHO_DEPTH, VR_ECHO_DEPTH);
   return st ? fail(L, "echo", st) : 0;
 }
 

@@ -118,18 +118,25 @@ struct vr_tape {
   VEC(cap_op) cap;
   bool capturing, cap_bad, cap_ready;
   size_t cap_first, cap_next;
-  /* an echo (vr_tape_echo_begin): its events (the checkpoint recording's
-   * format), whether it is open, spoiled or ready to replay, and the ids
-   * of the tensors it created */
-  VEC(event) echo;
-  bool echoing, echo_bad, echo_ready;
-  int64_t echo_lo, echo_hi;
+  /* echoes (vr_tape_echo_begin), nested: echo[0 .. echo_depth) are open,
+   * the innermost last; each keeps what happens while it is open (an inner
+   * echo's replays included, as the calls they make). echo_ready: the level
+   * whose echo ended ready to replay (>= echo_depth), or -1 */
+  struct echo_level {
+    VEC(event) ev;     /* its events (the checkpoint recording's format) */
+    bool bad, rec;     /* spoiled; a checkpoint segment was open at its begin */
+    int64_t lo, hi;    /* the ids of the tensors it created */
+  } echo[VR_ECHO_DEPTH];
+  int echo_depth, echo_ready;
 };
 
 /* Any call but alloc and temp spoils an open capture; any but those and
  * drop, retain and node an open echo (vr_tape_echo_begin) too. */
 static inline void spoil(vr_tape *t) { t->cap_bad = true; }
-static inline void spoil_all(vr_tape *t) { t->cap_bad = t->echo_bad = true; }
+static inline void spoil_all(vr_tape *t) {
+  t->cap_bad = true;
+  for (int i = 0; i < t->echo_depth; i++) t->echo[i].bad = true;
+}
 
 /* Room for `need` items in vec (checked: never wraps). */
 #define GROW(t, vec, need) \
@@ -198,7 +205,7 @@ void vr_tape_free(vr_tape *t) {
   VEC_FREE(t, t->events);
   VEC_FREE(t, t->tl);
   VEC_FREE(t, t->cap);
-  VEC_FREE(t, t->echo);
+  for (int i = 0; i < VR_ECHO_DEPTH; i++) VEC_FREE(t, t->echo[i].ev);
   for (size_t i = 0; i < t->strings.n; i++)
     vr_mem_free(&t->mem, t->strings.v[i], strlen(t->strings.v[i]) + 1);
   VEC_FREE(t, t->strings);
@@ -215,8 +222,9 @@ void vr_tape_reset(vr_tape *t) {
   t->marks = 0;
   t->tensors.n = t->nodes.n = t->ids.n = t->edges.n = t->events.n = t->tl.n = t->cap.n = 0;
   t->capturing = t->cap_bad = t->cap_ready = false;
-  t->echo.n = 0;
-  t->echoing = t->echo_bad = t->echo_ready = false;
+  for (int i = 0; i < VR_ECHO_DEPTH; i++) t->echo[i].ev.n = 0;
+  t->echo_depth = 0;
+  t->echo_ready = -1;
   t->cap_first = t->cap_next = 0;
   t->timeline = t->recompute = false;
   memset(&t->st, 0, sizeof t->st);
@@ -419,14 +427,16 @@ static vr_status record(vr_tape *t, event e) {
   return VR_OK;
 }
 
-/* Room for k more echoed events, when an echo is open. */
+/* Room for k more echoed events in every open echo. */
 static bool echo_room(vr_tape *t, size_t k) {
-  return !t->echoing || GROW(t, t->echo, t->echo.n + k);
+  for (int i = 0; i < t->echo_depth; i++)
+    if (!GROW(t, t->echo[i].ev, t->echo[i].ev.n + k)) return false;
+  return true;
 }
 
-/* An event of an open echo (room reserved by echo_room). */
+/* An event of the open echoes (room reserved by echo_room). */
 static void echoed(vr_tape *t, event e) {
-  if (t->echoing) t->echo.v[t->echo.n++] = e;
+  for (int i = 0; i < t->echo_depth; i++) t->echo[i].ev.v[t->echo[i].ev.n++] = e;
 }
 
 /* Room for one more captured op, when a capture is open. */
@@ -502,7 +512,7 @@ vr_status vr_tape_temp(vr_tape *t, int64_t bytes, int cat, int label) {
 }
 
 vr_status vr_tape_capture_begin(vr_tape *t) {
-  if (t->recording || t->capturing || t->echoing) return VR_ENESTED;
+  if (t->recording || t->capturing || t->echo_depth > 0) return VR_ENESTED;
   t->capturing = true;
   t->cap_bad = false;
   t->cap.n = 0;
@@ -616,21 +626,26 @@ static vr_status echo_node(vr_tape *t, const int64_t *saved, int nsaved, const v
 }
 
 vr_status vr_tape_echo_begin(vr_tape *t) {
-  if (t->recording || t->capturing || t->echoing) return VR_ENESTED;
-  t->echoing = true;
-  t->echo_bad = t->echo_ready = false;
-  t->echo.n = 0;
-  t->echo_lo = (int64_t)t->tensors.n;
+  if (t->capturing || t->echo_depth >= VR_ECHO_DEPTH) return VR_ENESTED;
+  struct echo_level *l = &t->echo[t->echo_depth];
+  if (t->echo_ready >= t->echo_depth) t->echo_ready = -1; /* its buffer is this one's */
+  l->bad = false;
+  l->rec = t->recording;
+  l->ev.n = 0;
+  l->lo = (int64_t)t->tensors.n;
+  t->echo_depth++;
   return VR_OK;
 }
 
 vr_status vr_tape_echo_end(vr_tape *t, bool *ok) {
-  if (!t->echoing) return VR_ENOTRECORD;
-  t->echoing = false;
-  t->echo_hi = (int64_t)t->tensors.n;
-  /* a checkpointed segment still open is no echo to replay */
-  t->echo_ready = *ok = !t->echo_bad && !t->recording;
-  if (!*ok) t->echo.n = 0;
+  if (t->echo_depth == 0) return VR_ENOTRECORD;
+  struct echo_level *l = &t->echo[--t->echo_depth];
+  l->hi = (int64_t)t->tensors.n;
+  /* a checkpointed segment opened or closed inside it (still open, or one
+   * that was open at its begin closed) is no echo to replay */
+  *ok = !l->bad && t->recording == l->rec;
+  t->echo_ready = *ok ? t->echo_depth : -1;
+  if (!*ok) l->ev.n = 0;
   return VR_OK;
 }
 
@@ -714,7 +729,10 @@ static vr_status replay_events(vr_tape *t, const event *evs, size_t n, const ech
   for (size_t e = 0; st == VR_OK && e < n; e++) {
     event ev = evs[e];
     int64_t x = ev.kind == EV_DROP || ev.kind == EV_RETAIN ? echo_id(m, ev.a) : -1;
-    if (t->recording || ev.kind == EV_CKPT_BEGIN || ev.kind == EV_CKPT_END) {
+    /* through the calls themselves where they must be recorded: into a
+     * checkpoint segment, or into the echoes still open */
+    if (t->recording || t->echo_depth > 0 || ev.kind == EV_CKPT_BEGIN ||
+        ev.kind == EV_CKPT_END) {
       st = replay_recorded(t, evs, &e, m, map, tmp, etmp);
       continue;
     }
@@ -757,17 +775,21 @@ static vr_status replay_events(vr_tape *t, const event *evs, size_t n, const ech
 vr_status vr_tape_echo_replay(vr_tape *t, const int64_t *from, const int64_t *to, int npairs,
                               int64_t lo, int64_t hi, int64_t delta, const int64_t *query,
                               int nquery, int64_t *answer) {
-  /* (an echo replays as often as asked, until the next echo_begin) */
-  if (t->recording || t->capturing || t->echoing || !t->echo_ready) return VR_ECOMPOSE;
-  int64_t span = t->echo_hi - t->echo_lo;
+  /* (an echo replays as often as asked, until the next echo_begin at its
+   * level); inside the segment or not, as it was echoed */
+  if (t->capturing || t->echo_ready < t->echo_depth) return VR_ECOMPOSE;
+  const struct echo_level *l = &t->echo[t->echo_ready];
+  if (t->recording != l->rec) return VR_ECOMPOSE;
+  int64_t span = l->hi - l->lo;
   size_t nmap = (size_t)(span > 0 ? span : 1);
   int64_t *map = (int64_t *)vr_mem_array(&t->mem, nmap, sizeof *map);
   int64_t *tmp = (int64_t *)vr_mem_array(&t->mem, 2 * VR_MAX_EDGES, sizeof *tmp);
   vr_edge *etmp = (vr_edge *)vr_mem_array(&t->mem, VR_MAX_EDGES, sizeof *etmp);
   vr_status st = (map && tmp && etmp) ? VR_OK : VR_ENOMEM;
   for (int64_t i = 0; st == VR_OK && i < span; i++) map[i] = -1;
-  echo_map m = {map, from, to, npairs, lo, hi, delta, t->echo_lo, t->echo_hi};
-  if (st == VR_OK) st = replay_events(t, t->echo.v, t->echo.n, &m, map, tmp, etmp);
+  echo_map m = {map, from, to, npairs, lo, hi, delta, l->lo, l->hi};
+  /* (an open echo grows its own buffer, never this one: levels below) */
+  if (st == VR_OK) st = replay_events(t, l->ev.v, l->ev.n, &m, map, tmp, etmp);
   for (int i = 0; st == VR_OK && i < nquery; i++) answer[i] = echo_id(&m, query[i]);
   vr_mem_free(&t->mem, map, nmap * sizeof *map);
   vr_mem_free(&t->mem, tmp, 2 * VR_MAX_EDGES * sizeof *tmp);
@@ -779,7 +801,7 @@ vr_status vr_tape_node(vr_tape *t, const int64_t *saved, int nsaved, const vr_ed
                        int nin, const int64_t *out, int nout, int64_t temp, int label) {
   if (temp < 0) return VR_EBYTES;
   spoil(t);
-  if (!t->recording && t->echoing) return echo_node(t, saved, nsaved, in, nin, out, nout, temp, label);
+  if (!t->recording && t->echo_depth > 0) return echo_node(t, saved, nsaved, in, nin, out, nout, temp, label);
   if (!t->recording)
     return push_node(t, saved, nsaved, in, nin, out, nout, temp, label, true);
   vr_status chk = check_node(t, saved, nsaved, in, nin, out, nout);

@@ -136,6 +136,14 @@ vr_status vr_tape_capture_repeat(vr_tape *t, int64_t times); /* VR_EOVERFLOW: ov
  * becomes id + delta (the next layer's parameters), any other id stays
  * (masks, rotary tables); answer[i] is query[i] mapped (the layer's output,
  * its KV cache). */
+/* Echoes nest (VR_ECHO_DEPTH deep): an echo begun while another is open
+ * keeps its own events, and the outer ones keep what actually happens,
+ * an inner replay's allocs, drops and nodes included (the experts of a
+ * layer composed inside the echoed layer, stdlib/moe.lua). echo_replay
+ * replays the echo that ended last, while echoes outside it are open; an
+ * echo begun inside a checkpointed segment is one as long as the segment
+ * stays open to its end, and replays inside a segment (recorded again). */
+#define VR_ECHO_DEPTH 4
 vr_status vr_tape_echo_begin(vr_tape *t);
 vr_status vr_tape_echo_end(vr_tape *t, bool *ok);
 vr_status vr_tape_echo_replay(vr_tape *t, const int64_t *from, const int64_t *to, int npairs,

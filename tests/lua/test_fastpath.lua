@@ -121,6 +121,57 @@ function tests.grad_free_layers_equal_every_layer()
   end
 end
 
+-- MoE experts with as many rows composed (stdlib/moe.lua loop: one walked
+-- under an echo, nested in the echoed layer's, the next replayed from it)
+-- equal every expert walked: the eager loop of Mixtral, Qwen3-MoE,
+-- DeepSeek-V3 and gpt-oss (fused weights), trained, with LoRA, an
+-- imbalanced router or a capacity factor, checkpointed, in inference and
+-- generation. S.experts_replayed counts the replays: each case composes.
+function tests.composed_experts_equal_every_expert_walked()
+  local new_sim, sims = step.new_sim, {}
+  step.new_sim = function(r)
+    local S = new_sim(r)
+    sims[#sims + 1] = S
+    return S
+  end
+  local function composed(what)
+    local n = 0
+    for _, S in ipairs(sims) do n = n + (S.experts_replayed or 0) end
+    sims = {}
+    T.ok(n > 0, what .. ": experts replayed")
+  end
+  local qwen = { num_hidden_layers = 4, num_experts = 16 }
+  -- 13 x 2 rows x 8 picks over 16 experts: 13 experts of 7 rows, 3 of 6
+  for k, f in ipairs({ {}, { lora = { rank = 4 } }, { lora = { rank = 4, targets = "all-linear" } },
+    { moe = { imbalance = 3 } }, { moe = { capacity_factor = 0.5 } },
+    { moe = { capacity_factor = 1.25, imbalance = 2 } }, { grad_checkpointing = "full" },
+    { grad_checkpointing = 2 }, { precision = { params = "fp32", compute = "bf16" } },
+    { mode = "inference" }, { mode = "generate", generate_tokens = 3 },
+    { precision = { params = "bf16", weights = "nf4" }, lora = { rank = 4, targets = "all-linear" } },
+  }) do
+    f.seq, f.mode = 13, f.mode or "train"
+    same("qwen3_30b_a3b", qwen, f, "qwen3 moe experts " .. k)
+    composed("qwen3 moe experts " .. k)
+  end
+  same("mixtral_8x7b_v0_1", { num_hidden_layers = 4 }, { mode = "train", seq = 7 },
+    "mixtral experts")
+  composed("mixtral experts")
+  same("mixtral_8x7b_v0_1", { num_hidden_layers = 4 }, { mode = "train", seq = 7,
+    moe = { aux_loss = true } }, "mixtral experts, aux loss")
+  composed("mixtral experts, aux loss")
+  for _, mode in ipairs({ "train", "generate" }) do
+    same("deepseek_v3", { num_hidden_layers = 5, first_k_dense_replace = 1, n_routed_experts = 16,
+      num_experts_per_tok = 4, n_group = 1, topk_group = 1 }, { mode = mode, seq = 5,
+      generate_tokens = mode == "generate" and 3 or nil,
+      precision = { params = "bf16", dequantize = true } }, "deepseek-v3 experts " .. mode)
+    composed("deepseek-v3 experts " .. mode)
+  end
+  same("gpt_oss_20b", { num_hidden_layers = 4 }, { mode = "train", seq = 6, attention = "eager",
+    precision = { params = "bf16", dequantize = true } }, "gpt-oss experts")
+  composed("gpt-oss experts")
+  step.new_sim = new_sim
+end
+
 -- A stack whose first layers differ (DeepSeek-V3's first_k_dense_replace
 -- dense layers, Qwen3-MoE's mlp_only_layers) walks those and composes the
 -- uniform MoE tail after them (models/decoder.lua D.uniform_tail), trained

@@ -809,7 +809,11 @@ function tests.a_capture_or_echo_misused_should_name_itself()
   t:echo()
   T.raises(function() t:capture() end, "tape:capture: a checkpoint segment, capture or echo "
     .. "is already open (they cannot nest)")
-  T.raises(function() t:echo() end, "tape:echo: a checkpoint segment, capture or echo")
+  for _ = 2, 4 do t:echo() end -- echoes nest, 4 deep
+  T.raises(function() t:echo() end, "tape:echo: a capture is open, or 4 echoes are")
+  local c0 = vram.tape()
+  c0:capture()
+  T.raises(function() c0:echo() end, "tape:echo: a capture is open")
   local c = vram.tape()
   c:capture()
   c:alloc(10, "activations")

@@ -1020,6 +1020,105 @@ START_TEST(an_echoed_layer_should_equal_the_layer_walked) {
 }
 END_TEST
 
+/* An MoE layer's expert loop (stdlib/moe.lua): expert e on x with weight
+ * W: y 10 saves x and W, a zero-byte version of the accumulator chained to
+ * prev (alias), prev and y let go. Returns the version. */
+static int64_t expert(vr_tape *tp, int64_t x, int64_t W, int64_t prev) {
+  int64_t y = -1, ver = -1;
+  OK(vr_tape_temp(tp, 4, VR_CAT_TEMP, -1));
+  OK(vr_tape_alloc(tp, 10, VR_CAT_ACTIV, -1, false, &y));
+  OK(vr_tape_node(tp, (int64_t[]){x, W}, 2, (vr_edge[]){{x, 100, NOEDGE}, {W, 64, NOEDGE}}, 2,
+                  (int64_t[]){y}, 1, 0, -1));
+  OK(vr_tape_alloc(tp, 0, VR_CAT_ACTIV, -1, false, &ver));
+  vr_edge e[2] = {{y, 10, NOEDGE}, {prev, 0, 0}};
+  OK(vr_tape_node(tp, (int64_t[]){y}, 1, e, prev >= 0 ? 2 : 1, (int64_t[]){ver}, 1, 0, -1));
+  if (prev >= 0) OK(vr_tape_drop(tp, prev));
+  OK(vr_tape_drop(tp, y));
+  return ver;
+}
+
+/* The layer's output h 100 from the last version. nested: expert
+ * 2 walked under an echo (nested in any open one), 3 and 4 replayed from it. */
+static int64_t moe_layer(vr_tape *tp, int64_t x, const int64_t *W, bool nested) {
+  int64_t prev = expert(tp, x, W[0], -1), h = -1;
+  if (nested) {
+    bool ok = false;
+    int64_t in = prev;
+    OK(vr_tape_echo_begin(tp));
+    prev = expert(tp, x, W[1], prev);
+    OK(vr_tape_echo_end(tp, &ok));
+    ck_assert(ok);
+    int64_t out = prev;
+    for (int e = 2; e < 4; e++)
+      OK(vr_tape_echo_replay(tp, &in, &prev, 1, W[1], W[1] + 1, e - 1, &out, 1, &prev));
+  } else {
+    for (int e = 1; e < 4; e++) prev = expert(tp, x, W[e], prev);
+  }
+  OK(vr_tape_alloc(tp, 100, VR_CAT_ACTIV, -1, false, &h));
+  OK(vr_tape_node(tp, NULL, 0, (vr_edge[]){{prev, 100, NOEDGE}}, 1, (int64_t[]){h}, 1, 0, -1));
+  OK(vr_tape_drop(tp, prev));
+  return h;
+}
+
+/* Echoes nest: a layer echoed while its experts are composed by an inner
+ * echo (its replays kept by the outer one as what they did), then replayed
+ * for the next layers, equals every expert of every layer walked; and so
+ * inside a checkpointed segment, the inner replays recorded for backward. */
+START_TEST(a_nested_echo_should_equal_the_experts_walked) {
+  for (int ckpt = 0; ckpt < 2; ckpt++) {
+    vr_tape *full = vr_tape_new(NULL), *tp = vr_tape_new(NULL);
+    vr_tape *tapes[2] = {full, tp};
+    int64_t W[2][12], x[2] = {-1, -1}, h[2];
+    bool ok = false;
+    for (int k = 0; k < 2; k++) {
+      vr_tape_timeline(tapes[k], true);
+      for (int i = 0; i < 12; i++)
+        OK(vr_tape_alloc(tapes[k], 64, VR_CAT_WEIGHTS, -1, true, &W[k][i]));
+      OK(vr_tape_alloc(tapes[k], 100, VR_CAT_ACTIV, -1, false, &x[k]));
+    }
+    /* walked: three layers of four experts each */
+    h[0] = x[0];
+    for (int l = 0; l < 3; l++) {
+      int64_t in = h[0];
+      if (ckpt) OK(vr_tape_ckpt_begin(full));
+      h[0] = moe_layer(full, h[0], W[0] + 4 * l, false);
+      if (ckpt) OK(vr_tape_ckpt_end(full, &in, 1, &h[0], 1, -1));
+      OK(vr_tape_drop(full, in));
+    }
+    /* composed: layer 1 echoed, its experts 3 and 4 replays of expert 2 */
+    int64_t in = x[1];
+    OK(vr_tape_echo_begin(tp));
+    if (ckpt) OK(vr_tape_ckpt_begin(tp));
+    h[1] = moe_layer(tp, in, W[1], true);
+    if (ckpt) OK(vr_tape_ckpt_end(tp, &in, 1, &h[1], 1, -1));
+    OK(vr_tape_drop(tp, in));
+    OK(vr_tape_echo_end(tp, &ok));
+    ck_assert(ok);
+    int64_t out = h[1];
+    for (int l = 1; l < 3; l++)
+      OK(vr_tape_echo_replay(tp, &in, &h[1], 1, W[1][0], W[1][0] + 4, 4 * l, &out, 1, &h[1]));
+    same_tapes(full, tp);
+    OK(vr_tape_backward(full, h[0]));
+    OK(vr_tape_backward(tp, h[1]));
+    for (int i = 0; i < 12; i++) ck_assert_int_ge(vr_tape_grad(tp, W[1][i]), 0);
+    same_tapes(full, tp);
+    vr_tape_free(full);
+    vr_tape_free(tp);
+  }
+  /* the replay is of the echo ended last; a fifth echo does not open */
+  for (int i = 0; i < VR_ECHO_DEPTH; i++) OK(vr_tape_echo_begin(t));
+  ck_assert_int_eq(vr_tape_echo_begin(t), VR_ENESTED);
+  bool ok = false;
+  OK(vr_tape_echo_end(t, &ok));
+  ck_assert(ok);
+  int64_t q = 0, a = -1;
+  OK(vr_tape_echo_replay(t, NULL, NULL, 0, 0, 0, 0, &q, 1, &a));
+  OK(vr_tape_echo_end(t, &ok));
+  OK(vr_tape_echo_begin(t)); /* its buffer was the last one's: nothing to replay */
+  ck_assert_int_eq(vr_tape_echo_replay(t, NULL, NULL, 0, 0, 0, 0, &q, 1, &a), VR_ECOMPOSE);
+}
+END_TEST
+
 /* A window measures from where it opens: an earlier, higher peak is not
  * its own; its peak is the first moment live bytes were highest, with
  * each category's bytes then; reserved counts blocks (512 B here). */
@@ -1131,6 +1230,7 @@ static Suite *tape_suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, captured_layers_should_equal_layers_built_one_by_one);
   tcase_add_test(tc, an_echoed_layer_should_equal_the_layer_walked);
+  tcase_add_test(tc, a_nested_echo_should_equal_the_experts_walked);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("window");
