@@ -35,9 +35,9 @@ typedef struct {
 } ltape;
 
 /* The methods' upvalues: the tape metatable, then the field names the
- * tensor-reading methods look up (pushed once, not made from C strings on
- * every call). */
-enum { UP_META = 1, UP_ID, UP_RG, UP_B, UP_N = UP_B };
+ * tensor-reading methods look up and the category names the stats tables
+ * are keyed by (pushed once, not made from C strings on every call). */
+enum { UP_META = 1, UP_ID, UP_RG, UP_B, UP_ALIAS, UP_CAT, UP_N = UP_CAT + VR_NCAT - 1 };
 
 /* Argument 1 as a tape box: a metatable compare against the methods' own
  * upvalue (luaL_checkudata finds the metatable by name on every call, and
@@ -245,7 +245,8 @@ static int l_node(lua_State *L) {
   return st ? fail(L, "node", st) : 0;
 }
 
-/* Pushes field `up` (UP_ID, UP_RG, UP_B) of the table at absolute index idx. */
+/* Pushes field `up` (UP_ID, UP_RG, UP_B, UP_ALIAS) of the table at absolute
+ * index idx. */
 static void get_key(lua_State *L, int idx, int up) {
   lua_pushvalue(L, lua_upvalueindex(up));
   lua_gettable(L, idx);
@@ -315,7 +316,7 @@ static int l_node_of(lua_State *L) {
       if (ne >= VR_MAX_EDGES)
         luaL_argerror(L, 3, lua_pushfstring(L, "more than %d gradient edges", VR_MAX_EDGES));
       int64_t id = field_id(L, x, UP_ID, 3, "gradient edges", i);
-      lua_getfield(L, e, "alias");
+      get_key(L, e, UP_ALIAS);
       if (lua_toboolean(L, -1)) {
         int ok = 0;
         lua_Integer a = lua_tointegerx(L, -1, &ok);
@@ -583,11 +584,13 @@ static void set_int(lua_State *L, const char *k, int64_t v) {
   lua_setfield(L, -2, k);
 }
 
+/* {category = bytes} (a new table: a raw set is what setfield does) */
 static void push_cats(lua_State *L, const int64_t *by) {
   lua_createtable(L, 0, VR_NCAT);
   for (int i = 0; i < VR_NCAT; i++) {
+    lua_pushvalue(L, lua_upvalueindex(UP_CAT + i));
     lua_pushinteger(L, (lua_Integer)by[i]);
-    lua_setfield(L, -2, vr_cat_name(i));
+    lua_rawset(L, -3);
   }
 }
 
@@ -953,10 +956,13 @@ void vb_open_tape(lua_State *L) {
   luaL_newmetatable(L, TAPE);
   luaL_setfuncs(L, meta, 0);
   luaL_newlibtable(L, methods);
+  luaL_checkstack(L, UP_N, "vram.tape");
   lua_pushvalue(L, -2); /* the upvalues: UP_META .. UP_N */
   lua_pushliteral(L, "id");
   lua_pushliteral(L, "rg");
   lua_pushliteral(L, "b");
+  lua_pushliteral(L, "alias");
+  for (int i = 0; i < VR_NCAT; i++) lua_pushstring(L, vr_cat_name(i));
   luaL_setfuncs(L, methods, UP_N);
   lua_setfield(L, -2, "__index");
   lua_pushliteral(L, "locked");

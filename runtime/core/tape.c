@@ -354,18 +354,30 @@ bool vr_tape_block(const vr_tape *t, int64_t bytes, int64_t *block) {
   return bytes >= 0 && block_size(t, bytes, block);
 }
 
+/* A change of live bytes kept by the trace and the timeline, when either
+ * records: out of line, so that account_r (every alloc, drop and temp)
+ * stays small when neither does (estimates). */
+__attribute__((noinline)) static vr_status log_delta(vr_tape *t, int64_t delta, int cat,
+                                                     int label) {
+  if (t->trace && !t->quiet &&
+      !vr_trace_push(t->trace, (vr_op){VR_OP_DELTA, cat, label, 0, delta, 0, 0, {0}}))
+    return VR_ENOMEM;
+  if (t->timeline) {
+    vr_tl_event e = {delta, label, t->phase, (int8_t)cat, (int8_t)t->recompute};
+    PUSH(t, t->tl, e, return VR_ENOMEM);
+  }
+  return VR_OK;
+}
+
 /* Live bytes change by delta and reserved bytes by block. */
 static vr_status account_r(vr_tape *t, int64_t delta, int64_t block, int cat, int label) {
   int64_t live = 0, by_cat = 0, reserved = 0;
   if (!vr_add(t->st.live, delta, &live) || !vr_add(t->st.live_by_cat[cat], delta, &by_cat) ||
       !vr_add(t->st.reserved, block, &reserved))
     return VR_EOVERFLOW; /* nothing changed */
-  if (t->trace && !t->quiet && delta != 0 &&
-      !vr_trace_push(t->trace, (vr_op){VR_OP_DELTA, cat, label, 0, delta, 0, 0, {0}}))
-    return VR_ENOMEM;
-  if (t->timeline && delta != 0) {
-    vr_tl_event e = {delta, label, t->phase, (int8_t)cat, (int8_t)t->recompute};
-    PUSH(t, t->tl, e, return VR_ENOMEM);
+  if ((t->trace || t->timeline) && delta != 0) {
+    vr_status st = log_delta(t, delta, cat, label);
+    if (st) return st;
   }
   t->st.live = live;
   t->st.live_by_cat[cat] = by_cat;
