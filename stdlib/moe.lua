@@ -63,6 +63,22 @@ function M.tokens_per_expert(rows, top_k, experts, capacity_factor, imbalance)
   return counts, cap
 end
 
+-- M.tokens_per_expert's lists, remembered for the loop (read only there):
+-- a layout search asks for the same few thousands of times. Started again
+-- past COUNTS_MAX lists.
+local COUNTS_MAX = 1000
+local counted, ncounted = {}, 0
+local function counts_of(rows, top_k, experts, cf, imbalance)
+  local key = ("%d %d %d %s %s"):format(rows, top_k, experts, cf, imbalance)
+  local c = counted[key]
+  if not c then
+    if ncounted >= COUNTS_MAX then counted, ncounted = {}, 0 end
+    c = M.tokens_per_expert(rows, top_k, experts, cf, imbalance)
+    counted[key], ncounted = c, ncounted + 1
+  end
+  return c
+end
+
 -- A balanced, dropless split as the quotient and remainder of rows x top_k
 -- by the experts: expert i gets q + 1 for i <= r, else q. A compiled
 -- estimate's probe (stdlib/compiled.lua expert_rows) sets o.split = {q, r}
@@ -70,6 +86,48 @@ end
 function M.split(rows, top_k, experts)
   local total = rows * top_k
   return total // experts, total % experts
+end
+
+-- Whether every parameter under b (an expert's MLP) is the one under a
+-- at the same keys, alike but for its id, delta ids on; the same tables
+-- hold parameters in both. lo, hi: the least and past the largest id
+-- under a so far.
+local function shifted(a, b, delta, lo, hi)
+  for k, v in pairs(a) do
+    if type(v) == "table" then
+      local w = b[k]
+      if type(w) ~= "table" then return nil end
+      if v.param then
+        if w.id - v.id ~= delta or not compose.alike(v, w) then return nil end
+        if v.id < lo then lo = v.id end
+        if v.id >= hi then hi = v.id + 1 end
+      else
+        lo, hi = shifted(v, w, delta, lo, hi)
+        if not lo then return nil end
+      end
+    end
+  end
+  for k, w in pairs(b) do
+    if type(w) == "table" and a[k] == nil then return nil end
+  end
+  return lo, hi
+end
+
+-- Whether the experts are copies of the first, one stride of ids apart
+-- (built one after another by the same code: every expert's parameters
+-- alike but for their ids): {stride, lo, hi}, expert e's parameters then
+-- lying in [lo, hi) + its gate weight's id; false otherwise. The loop
+-- composes such experts (below), asking once per block (a layer copy's
+-- block shares its template's answer: the ids are relative).
+local function uniform_experts(experts)
+  local a = experts[1]
+  local base = a.gate.w.id
+  local lo, hi = shifted(a, a, 0, math.maxinteger, 0)
+  local stride = experts[2] and experts[2].gate.w.id - base or 0
+  for e = 2, #experts do
+    if not lo or not shifted(a, experts[e], (e - 1) * stride, lo, hi) then return false end
+  end
+  return lo and lo < hi and { stride = stride, lo = lo - base, hi = hi - base } or false
 end
 
 -- Parameters of one MoE block in model.parameters() order. o: the block
@@ -127,6 +185,7 @@ function M.build(S, o, H, opts)
       B.gate_up_b = S:param(E * 2 * I, dt, tr("experts"), "experts.gate_up_proj_bias")
       B.down_b = S:param(E * H, dt, tr("experts"), "experts.down_proj_bias")
     end
+    B.uniform = { stride = 0 } -- every expert's weights are the same parameters
   else
     B.experts = {}
     for e = 1, o.experts do B.experts[e] = mlp(I, quant, o.expert_leaves) end
@@ -269,34 +328,6 @@ local function one_expert(S, x, B, w, e, n, rows, acc_dt, final, prev, label)
   return prev
 end
 
--- The parameters under t (an expert's MLP), in creation order.
-local function params_of(t, out)
-  for _, v in pairs(t) do
-    if type(v) == "table" then
-      if v.param then out[#out + 1] = v else params_of(v, out) end
-    end
-  end
-  return out
-end
-
--- Expert e's parameters as expert f's shifted by one stride: [lo, hi)
--- holding f's, and the shift, when every parameter of e is f's (alike but
--- for its id) at f's id + the shift; nil otherwise. Fused weights (gpt-oss)
--- are every expert's: nothing to shift.
-local function shift(B, f, e)
-  if B.o.fused then return 0, 0, 0 end
-  local a, b = params_of(B.experts[f], {}), params_of(B.experts[e], {})
-  if #a ~= #b or #a == 0 then return nil end
-  local by_id = function(p, q) return p.id < q.id end
-  table.sort(a, by_id)
-  table.sort(b, by_id)
-  local delta = b[1].id - a[1].id
-  for i = 1, #a do
-    if b[i].id - a[i].id ~= delta or not compose.alike(a[i], b[i]) then return nil end
-  end
-  return a[1].id, a[#a].id + 1, delta
-end
-
 -- The routed experts, transformers' eager loop. Returns (rows, H) in the
 -- accumulator dtype.
 --
@@ -320,29 +351,41 @@ local function loop(S, x, B, w, rows, label)
     counts = {}
     for e = 1, o.experts do counts[e] = o.split.q + (e <= o.split.r and 1 or 0) end
   else
-    counts = M.tokens_per_expert(rows, k, o.experts, o.capacity_factor, o.imbalance)
+    counts = counts_of(rows, k, o.experts, o.capacity_factor, o.imbalance)
   end
   local tape = S.tape
-  local fast = S.composable and not S.autocast
-  local prev, echo = nil, nil -- echo: the expert echoed, {e, n, prev, out}
-  for e = 1, o.experts do
+  local U = S.composable and not S.autocast and B.uniform
+  if U == nil then
+    U = uniform_experts(B.experts)
+    B.uniform = U
+  end
+  local E = o.experts
+  local prev, e = nil, 1
+  while e <= E do
     local n = counts[e]
-    local lo, hi, delta
-    if echo and echo.n == n and (prev == nil) == (echo.prev == nil) then
-      lo, hi, delta = shift(B, echo.e, e)
-    end
-    if lo then
-      local out = tape:echo_replay(prev and { echo.prev.id, prev.id } or {}, lo, hi, delta,
-        echo.out and echo.out.id or x.id)
-      prev = echo.out and compose.moved(echo.out, out)
-      S.experts_replayed = (S.experts_replayed or 0) + 1 -- (tests/lua/test_fastpath.lua)
-    elseif n > 0 then
-      local try = fast and e < o.experts and counts[e + 1] == n
+    if n > 0 then
+      -- (the first expert of a graph starts the chain: the next is no replay of it)
+      local try = U and e < E and counts[e + 1] == n and (prev or not S.grad)
       if try then tape:echo() end
       local before = prev
       prev = one_expert(S, x, B, w, e, n, rows, acc_dt, final, prev, label)
-      echo = try and tape:echo_end() and { e = e, n = n, prev = before, out = prev } or nil
+      if try and tape:echo_end() and (before == nil) == (prev == nil) then
+        -- experts e + 1 .. r of as many rows: e replayed once each, in C
+        local r = e + 1
+        while r < E and counts[r + 1] == n do r = r + 1 end
+        local lo, hi = 0, 0
+        if U.lo then
+          local base = B.experts[e].gate.w.id
+          lo, hi = base + U.lo, base + U.hi
+        end
+        local out = tape:echo_replay(before and { before.id, prev.id } or {}, lo, hi, U.stride,
+          prev and prev.id or x.id, r - e)
+        prev = prev and compose.moved(prev, out)
+        S.experts_replayed = (S.experts_replayed or 0) + r - e -- (tests/lua/test_fastpath.lua)
+        e = r
+      end
     end
+    e = e + 1
   end
   S:drop(mask)
   -- the block's output: `final`'s memory, carrying the chain's gradient

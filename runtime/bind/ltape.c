@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/checked.h"
 #include "../core/tape.h"
 #include "bind.h"
 
@@ -488,10 +489,16 @@ static int l_echo_end(lua_State *L) {
   return 1;
 }
 
-/* t:echo_replay({from, to, ...}, lo, hi, delta, query) -> query's new id;
- * query a list of ids (at most ECHO_QUERIES: a layer's output and its
- * weight casts under autocast, stdlib/compose.lua): their new ids, in order */
+/* t:echo_replay({from, to, ...}, lo, hi, delta, query [, times]) -> query's
+ * new id; query a list of ids (at most ECHO_QUERIES: a layer's output and
+ * its weight casts under autocast, stdlib/compose.lua): their new ids, in
+ * order. times (default 1, at most 2^20): replayed that many times in a
+ * chain, the j-th with [lo, hi) shifted by j * delta and each pair's `to`
+ * the previous replay's answer to the query at the pair's place (experts
+ * one after another, each on the last one's output, stdlib/moe.lua); the
+ * answers are the last replay's */
 #define ECHO_QUERIES 1024
+#define ECHO_CHAIN (1 << 20)
 static int l_echo_replay(lua_State *L) {
   ltape *u = box(L);
   int64_t flat[2 * VR_MAX_EDGES], from[VR_MAX_EDGES], to[VR_MAX_EDGES];
@@ -509,10 +516,18 @@ static int l_echo_replay(lua_State *L) {
     nq = read_ids(L, 6, query, ECHO_QUERIES, "queried ids");
   else
     query[0] = (int64_t)luaL_checkinteger(L, 6);
-  if (lo < 0 || hi < lo || (hi > lo && (delta > INT64_MAX - hi || delta < -lo)))
+  int64_t times = lua_isnoneornil(L, 7) ? 1 : vb_checkint(L, 7, 1, "times"), far = 0;
+  if (times > ECHO_CHAIN) return luaL_argerror(L, 7, "at most 2^20 replays in a chain");
+  if (times > 1 && n / 2 > nq) return luaL_argerror(L, 6, "a chain answers every pair");
+  if (lo < 0 || hi < lo ||
+      (hi > lo && (!vr_mul(delta, times, &far) || far > INT64_MAX - hi || far < -lo)))
     return luaL_argerror(L, 5, "the shifted ids leave 0 .. 2^63");
-  vr_status st = vr_tape_echo_replay(tape(L, u), from, to, n / 2, lo, hi, delta, query, nq, answer);
-  if (st) return fail(L, "echo_replay", st);
+  vr_tape *t = tape(L, u);
+  for (int64_t j = 1; j <= times; j++) {
+    vr_status st = vr_tape_echo_replay(t, from, to, n / 2, lo, hi, j * delta, query, nq, answer);
+    if (st) return fail(L, "echo_replay", st);
+    for (int i = 0; i < n / 2; i++) to[i] = answer[i];
+  }
   luaL_checkstack(L, nq, "echo_replay");
   for (int i = 0; i < nq; i++) lua_pushinteger(L, (lua_Integer)answer[i]);
   return nq;

@@ -784,6 +784,7 @@ static vr_status replay_events(vr_tape *t, const event *evs, size_t n, const ech
   return st;
 }
 
+#define ECHO_SMALL 128
 vr_status vr_tape_echo_replay(vr_tape *t, const int64_t *from, const int64_t *to, int npairs,
                               int64_t lo, int64_t hi, int64_t delta, const int64_t *query,
                               int nquery, int64_t *answer) {
@@ -793,19 +794,19 @@ vr_status vr_tape_echo_replay(vr_tape *t, const int64_t *from, const int64_t *to
   const struct echo_level *l = &t->echo[t->echo_ready];
   if (t->recording != l->rec) return VR_ECOMPOSE;
   int64_t span = l->hi - l->lo;
+  /* on the stack unless the echo made many tensors (an expert's dozen is
+   * replayed thousands of times in a layout search, stdlib/moe.lua) */
+  int64_t small[ECHO_SMALL], tmp[2 * VR_MAX_EDGES];
+  vr_edge etmp[VR_MAX_EDGES];
   size_t nmap = (size_t)(span > 0 ? span : 1);
-  int64_t *map = (int64_t *)vr_mem_array(&t->mem, nmap, sizeof *map);
-  int64_t *tmp = (int64_t *)vr_mem_array(&t->mem, 2 * VR_MAX_EDGES, sizeof *tmp);
-  vr_edge *etmp = (vr_edge *)vr_mem_array(&t->mem, VR_MAX_EDGES, sizeof *etmp);
-  vr_status st = (map && tmp && etmp) ? VR_OK : VR_ENOMEM;
+  int64_t *map = nmap <= ECHO_SMALL ? small : (int64_t *)vr_mem_array(&t->mem, nmap, sizeof *map);
+  vr_status st = map ? VR_OK : VR_ENOMEM;
   for (int64_t i = 0; st == VR_OK && i < span; i++) map[i] = -1;
   echo_map m = {map, from, to, npairs, lo, hi, delta, l->lo, l->hi};
   /* (an open echo grows its own buffer, never this one: levels below) */
   if (st == VR_OK) st = replay_events(t, l->ev.v, l->ev.n, &m, map, tmp, etmp);
   for (int i = 0; st == VR_OK && i < nquery; i++) answer[i] = echo_id(&m, query[i]);
-  vr_mem_free(&t->mem, map, nmap * sizeof *map);
-  vr_mem_free(&t->mem, tmp, 2 * VR_MAX_EDGES * sizeof *tmp);
-  vr_mem_free(&t->mem, etmp, VR_MAX_EDGES * sizeof *etmp);
+  if (map != small) vr_mem_free(&t->mem, map, nmap * sizeof *map);
   return st;
 }
 
