@@ -105,12 +105,6 @@ local function same_cats(a, b)
   return true
 end
 
--- The peaks of rec's step under run.optimizer: { peak, peak_reserved,
--- at_peak, paged_state_bytes } (only these: no phase, op or phase ends),
--- or nil when a step of this optimizer or the recorded one's leaves
--- something behind (then the spans after it would not be the recorded
--- ones). run: the recorded run with another optimizer, nothing else
--- changed.
 -- The parameters' shapes as the optimizer reads them (optim.lua: n, rows,
 -- dtype, bytes; a group's copies), as a string.
 local function shape(list)
@@ -159,6 +153,12 @@ local function own(rec, run, memo)
   return out
 end
 
+-- The peaks of rec's step under run.optimizer: { peak, peak_reserved,
+-- at_peak, paged_state_bytes } (only these: no phase, op or phase ends),
+-- or nil when a step of this optimizer or the recorded one's leaves
+-- something behind (then the spans after it would not be the recorded
+-- ones). run: the recorded run with another optimizer, nothing else
+-- changed.
 -- memo (optional): a table kept across calls (own above).
 function M.price(rec, run, memo)
   assert(M.ready(rec), "swap_optimizer.price: the step was not recorded")
