@@ -7,14 +7,46 @@ local M = {}
 -- Whether a stack of n layers can be composed under this run; units: the
 -- caller composes units of several layers that checkpoint every n-th layer
 -- or in segments (models/decoder.lua), else each layer must be its own.
--- Not under autocast: the walk lets each layer's weight casts go when
--- autocast exits (Sim:autocast_exit), a composed bulk keeps the middle
--- layers' until its backward (phase ends and backward peaks above the
--- walk's: 12 layers, full checkpointing, forward_end 10859603968 composed,
--- 10017298432 walked).
+-- Under autocast (M.layers: the weight casts) not in a compiled-estimate
+-- probe, whose program measures a composed layer by its marks alone.
 function M.enabled(S, n, run, units)
-  return S.grad and not S.autocast and run.compose ~= false and not run.cache and n >= 4
-    and (units or ((run.ckpt_every or 1) == 1 and (run.ckpt_segment or 1) == 1))
+  return S.grad and not (S.autocast and run.trace) and run.compose ~= false and not run.cache
+    and n >= 4 and (units or ((run.ckpt_every or 1) == 1 and (run.ckpt_segment or 1) == 1))
+end
+
+-- Under autocast a layer's weight casts live in autocast's cache
+-- (Sim:autocast_arg) until autocast exits; those the cache alone holds (a
+-- checkpointed layer's: no node saved them) go then, not in backward. A
+-- bulk would keep the middle layers' until its backward (phase ends and
+-- backward peaks above the walk's: 12 layers, full checkpointing,
+-- forward_end 10,859,603,968 B composed, 10,017,298,432 walked), so they
+-- are made as tensors of their own, held by the cache as layer 2's are,
+-- and left out of the bulk. Returns the live and reserved bytes of one
+-- layer's. cached: the cache's keys before layer 2.
+local function middle_casts(S, cached, iters)
+  local tape, casts = S.tape, {}
+  for k, c in pairs(S.cast_cache) do
+    if not cached[k] and select(2, tape:bytes(c.id)) == 1 then casts[#casts + 1] = c end
+  end
+  table.sort(casts, function(a, b) return a.id < b.id end) -- (pairs' order varies)
+  local l0, r0 = tape:live()
+  local live, reserved = 0, 0
+  -- keyed -1, -2, ... in this autocast region (the parameters' ids are
+  -- positive): alike in every micro-batch and process, as the exit drops
+  -- the cache in pairs' order, which a timeline shows
+  if S.cast_keys_of ~= S.cast_cache then S.cast_keys_of, S.cast_keys = S.cast_cache, 0 end
+  for j = 1, iters do
+    for _, c in ipairs(casts) do
+      S.cast_keys = S.cast_keys + 1
+      S.cast_cache[-S.cast_keys] = { id = tape:alloc(c.b, S.cat, "autocast.weight_cast.composed"),
+        n = c.n, dt = c.dt, b = c.b, rg = false }
+    end
+    if j == 1 then
+      local l1, r1 = tape:live()
+      live, reserved = l1 - l0, r1 - r0
+    end
+  end
+  return live, reserved
 end
 
 -- Identical grad-free layers that keep nothing (a vision tower under
@@ -142,7 +174,9 @@ function M.layers(S, layers, n, one, x, label)
   local G = mt and mt.group
   local per = mt and mt.per or 1
   local skip = mt and mt.skip or 0 -- the group's copies before unit 1 (walked layers)
-  local echo = G and G.count >= skip + n * per and (per > 1 or G.count == n + skip)
+  -- (under autocast the walk's casts are the cache's, Lua state: walked)
+  local echo = not S.autocast and G and G.count >= skip + n * per
+    and (per > 1 or G.count == n + skip)
   local span = G and per * G.stride -- a unit's parameter ids
   local function run(i, input)
     if echo then tape:echo() end
@@ -162,14 +196,19 @@ function M.layers(S, layers, n, one, x, label)
   local first = x
   x = run(1, x)
   local before, rbefore = tape:mark()
+  local cached = S.autocast and {}
+  for k in pairs(cached and S.cast_cache or {}) do cached[k] = true end
   if echo and alike(first, x) then
     x = replay(2, x)
   else
     x = run(2, x)
   end
   local after, rafter = tape:mark()
+  local cl, cr = 0, 0
+  if cached then cl, cr = middle_casts(S, cached, n - 3) end
   local edges, nper, stride = middle_edges(layers, n)
-  local bulk = tape:bulk(after - before, rafter - rbefore, n - 3, edges, nper or 0, label, stride)
+  local bulk = tape:bulk(after - before - cl, rafter - rbefore - cr, n - 3, edges, nper or 0,
+    label, stride)
   x = echo and replay(n, x) or one(n, x)
   tape:bulk_end(bulk)
   return x

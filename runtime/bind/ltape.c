@@ -577,11 +577,15 @@ static int l_grad(lua_State *L) {
   return 1;
 }
 
+/* t:bytes(id) -> bytes, references (views, saved by nodes); nil when dead */
 static int l_bytes(lua_State *L) {
-  int64_t b = vr_tape_bytes(check(L), (int64_t)luaL_checkinteger(L, 2));
+  vr_tape *t = check(L);
+  int64_t id = (int64_t)luaL_checkinteger(L, 2);
+  int64_t b = vr_tape_bytes(t, id);
   if (b < 0) return 0;
   lua_pushinteger(L, (lua_Integer)b);
-  return 1;
+  lua_pushinteger(L, (lua_Integer)vr_tape_refs(t, id));
+  return 2;
 }
 
 /* t:live() -> live bytes, allocator-reserved bytes */

@@ -1199,6 +1199,10 @@ int64_t vr_tape_bytes(const vr_tape *t, int64_t id) {
   return valid(t, id) ? t->tensors.v[id].bytes : -1;
 }
 
+int vr_tape_refs(const vr_tape *t, int64_t id) {
+  return valid(t, id) ? t->tensors.v[id].refs : 0;
+}
+
 void vr_tape_stats_get(const vr_tape *t, vr_tape_stats *s) { *s = t->st; }
 
 void vr_tape_window_open(vr_tape *t) {

@@ -184,6 +184,8 @@ const vr_tl_event *vr_tape_timeline_at(const vr_tape *t, size_t i);
 /* Gradient tensor of a forward tensor, -1 if none. */
 int64_t vr_tape_grad(const vr_tape *t, int64_t id);
 int64_t vr_tape_bytes(const vr_tape *t, int64_t id);
+/* References a live tensor holds (views, saved-by-node), 0 if none. */
+int vr_tape_refs(const vr_tape *t, int64_t id);
 
 /* Caching-allocator block sizes: requests up to `small_max` round up to
  * `small_round`; larger ones to `large_round`. PyTorch CUDA

@@ -251,6 +251,56 @@ function tests.pipeline_stages_of_a_model_with_dense_first_layers()
   if not ok then error(err, 0) end
 end
 
+-- Under autocast (fp32 master weights, bf16 compute) layers compose too,
+-- their weight casts held by autocast's cache made apart from the bulk
+-- (stdlib/compose.lua middle_casts): checkpointed or not, in segments,
+-- LoRA, micro-batches, MoE, a VLM, dense first layers. Every layer's answer.
+function tests.layers_under_autocast_compose()
+  local compose = require("stdlib.compose")
+  local composed, layers = 0, compose.layers
+  compose.layers = function(...) composed = composed + 1 return layers(...) end
+  local ok, err = pcall(function()
+    local amp = { master = "fp32", compute = "bf16" }
+    local q = { num_hidden_layers = 12 }
+    for k, c in ipairs({
+      { "qwen2_5_1_5b_instruct", q, { grad_checkpointing = "full" } },
+      { "qwen2_5_1_5b_instruct", q, {} },
+      { "qwen2_5_1_5b_instruct", q, { grad_checkpointing = 2 } },
+      { "qwen2_5_1_5b_instruct", { num_hidden_layers = 13 }, { grad_checkpointing = "full",
+        checkpoint_segment = 2 } },
+      { "qwen2_5_1_5b_instruct", q, { grad_checkpointing = "full", lora = { rank = 4 } } },
+      { "qwen2_5_1_5b_instruct", q, { grad_checkpointing = "full", grad_accum = 3 } },
+      { "qwen2_5_1_5b_instruct", q, { precision = { params = "fp32", compute = "bf16" } } },
+      { "qwen3_30b_a3b", { num_hidden_layers = 6 }, { seq = 8, grad_checkpointing = "full" } },
+      { "qwen3_vl_4b_instruct", { num_hidden_layers = 6 }, { seq = 12, grad_checkpointing = "full",
+        images = { count = 1, width = 256, height = 192 } } },
+      { "deepseek_v3", { num_hidden_layers = 8, first_k_dense_replace = 2, n_routed_experts = 8,
+        num_experts_per_tok = 2, n_group = 1, topk_group = 1 }, { grad_checkpointing = "full",
+        precision = { master = "fp32", compute = "bf16", dequantize = true } } } }) do
+      local f = c[3]
+      f.mode, f.precision = "train", f.precision or amp
+      composed = 0
+      same(c[1], c[2], f, "autocast case " .. k)
+      T.ok(composed > 0, "autocast case " .. k .. ": composed")
+    end
+    -- at a real step's sizes (2 x 1024): a dense model, and MoE experts
+    -- checkpointed; the expert loop not checkpointed is walked
+    -- (models/decoder.lua says why)
+    composed = 0
+    same("qwen2_5_1_5b_instruct", q, { mode = "train", seq = 1024, precision = amp },
+      "autocast, 2 x 1024")
+    same("qwen3_30b_a3b", { num_hidden_layers = 8 }, { mode = "train", seq = 1024,
+      precision = amp, grad_checkpointing = "full" }, "autocast moe checkpointed, 2 x 1024")
+    T.ok(composed > 0, "autocast at 2 x 1024: composed")
+    composed = 0
+    same("mixtral_8x7b_v0_1", { num_hidden_layers = 8 }, { mode = "train", seq = 1024,
+      precision = amp }, "autocast expert loop, not checkpointed")
+    T.eq(composed, 0, "autocast expert loop, not checkpointed: walked")
+  end)
+  compose.layers = layers
+  if not ok then error(err, 0) end
+end
+
 function tests.skipped_micro_batches_equal_every_micro_batch()
   for _, accum in ipairs({ 1, 2, 3, 5 }) do
     for k, f in ipairs({ {}, { lora = { rank = 4 } }, { grad_checkpointing = "full" },
