@@ -24,7 +24,7 @@
  * strlen, hash and probe. The address is only a hint: a collected string's
  * address may be reused by another, so a hit is confirmed by comparing the
  * text with the interned one (as the tape's own lookup compares). */
-#define SEEN 32 /* a power of two */
+#define SEEN 128 /* a power of two */
 typedef struct {
   const char *s;
   int index;

@@ -91,7 +91,10 @@ struct vr_tape {
   VEC(int64_t) ids;    /* saved and output id pool */
   VEC(vr_edge) edges;  /* edge pool */
   VEC(event) events;   /* checkpoint recordings */
-  VEC(char *) strings; /* interned labels and phases, by index */
+  VEC(size_t) strings; /* interned labels and phases, by index: offsets in chars */
+  VEC(char) chars;     /* their text, one after another, each ending in NUL (one
+                        * buffer: a step's ~60 labels cost a few reallocations,
+                        * not a malloc and a free each) */
   VEC(int64_t) phase_peak; /* by string index, as long as strings.cap */
   int32_t *slot_of;    /* open-addressing hash: slot -> string index + 1 */
   size_t nslots;       /* a power of two, at least twice the strings */
@@ -206,9 +209,8 @@ void vr_tape_free(vr_tape *t) {
   VEC_FREE(t, t->tl);
   VEC_FREE(t, t->cap);
   for (int i = 0; i < VR_ECHO_DEPTH; i++) VEC_FREE(t, t->echo[i].ev);
-  for (size_t i = 0; i < t->strings.n; i++)
-    vr_mem_free(&t->mem, t->strings.v[i], strlen(t->strings.v[i]) + 1);
   VEC_FREE(t, t->strings);
+  VEC_FREE(t, t->chars);
   VEC_FREE(t, t->phase_peak);
   vr_mem_free(&t->mem, t->slot_of, t->nslots * sizeof *t->slot_of);
   vr_mem m = t->mem;
@@ -252,7 +254,7 @@ static bool rehash(vr_tape *t) {
   if (!slots) return false;
   memset(slots, 0, n * sizeof *slots);
   for (size_t k = 0; k < t->strings.n; k++) {
-    size_t h = hash(t->strings.v[k]) & (n - 1);
+    size_t h = hash(t->chars.v + t->strings.v[k]) & (n - 1);
     while (slots[h]) h = (h + 1) & (n - 1);
     slots[h] = (int32_t)k + 1;
   }
@@ -266,7 +268,7 @@ vr_status vr_tape_intern(vr_tape *t, const char *s, int *index) {
   size_t h = 0, len = strlen(s);
   if (t->nslots > 0)
     for (h = hash(s) & (t->nslots - 1); t->slot_of[h]; h = (h + 1) & (t->nslots - 1))
-      if (strcmp(t->strings.v[t->slot_of[h] - 1], s) == 0) {
+      if (strcmp(t->chars.v + t->strings.v[t->slot_of[h] - 1], s) == 0) {
         *index = t->slot_of[h] - 1;
         return VR_OK;
       }
@@ -277,19 +279,25 @@ vr_status vr_tape_intern(vr_tape *t, const char *s, int *index) {
     return VR_ENOMEM;
   memset(t->phase_peak.v + peaks, 0, (t->phase_peak.cap - peaks) * sizeof *t->phase_peak.v);
   if (2 * (t->strings.n + 1) > t->nslots && !rehash(t)) return VR_ENOMEM;
-  char *copy = (char *)vr_mem_array(&t->mem, len + 1, 1);
-  if (!copy) return VR_ENOMEM;
-  memcpy(copy, s, len + 1);
-  for (h = hash(s) & (t->nslots - 1); t->slot_of[h]; h = (h + 1) & (t->nslots - 1)) {
+  /* s may lie in chars itself (a tail of an interned string): growing the
+   * buffer moves it */
+  uintptr_t at = (uintptr_t)s, lo = (uintptr_t)t->chars.v;
+  bool inside = t->chars.v && at >= lo && at < lo + t->chars.n;
+  size_t off = t->chars.n;
+  if (len >= SIZE_MAX - off || !GROW(t, t->chars, off + len + 1)) return VR_ENOMEM;
+  memcpy(t->chars.v + off, inside ? t->chars.v + (at - lo) : s, len + 1);
+  t->chars.n = off + len + 1;
+  for (h = hash(t->chars.v + off) & (t->nslots - 1); t->slot_of[h];
+       h = (h + 1) & (t->nslots - 1)) {
   }
   t->slot_of[h] = (int32_t)t->strings.n + 1;
-  t->strings.v[t->strings.n] = copy;
+  t->strings.v[t->strings.n] = off;
   *index = (int)t->strings.n++;
   return VR_OK;
 }
 
 const char *vr_tape_string(const vr_tape *t, int index) {
-  return (index >= 0 && (size_t)index < t->strings.n) ? t->strings.v[index] : NULL;
+  return (index >= 0 && (size_t)index < t->strings.n) ? t->chars.v + t->strings.v[index] : NULL;
 }
 
 vr_status vr_tape_phase(vr_tape *t, const char *name) {

@@ -230,6 +230,9 @@ typedef struct {
 
 void vr_tape_window_open(vr_tape *t);
 void vr_tape_window_get(const vr_tape *t, vr_tape_window *w);
+/* Interned string `index`, NULL when there is none; the strings share one
+ * buffer, so the pointer is good until the next string is interned
+ * (vr_tape_intern, vr_tape_phase). */
 const char *vr_tape_string(const vr_tape *t, int index);
 /* Interned strings: how many, and the peak reached while each was the
  * phase (0 for labels and phases never reached). */

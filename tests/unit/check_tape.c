@@ -5,6 +5,7 @@
  * peak phase and peak op are the sums written there. */
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +110,40 @@ START_TEST(interned_strings_should_keep_their_index) {
   ck_assert_str_eq(vr_tape_string(t, a), "attention");
   ck_assert_ptr_null(vr_tape_string(t, -1));
   ck_assert_ptr_null(vr_tape_string(t, 100000));
+}
+END_TEST
+
+/* The strings share one growing buffer: every one keeps its text and index
+ * as the buffer moves, and a string interned from inside it (a tail of an
+ * interned one, read while the buffer grows) is copied whole. */
+START_TEST(interned_strings_should_keep_their_text_as_the_table_grows) {
+  char name[32];
+  int first = -1;
+  for (int i = 0; i < 3000; i++) {
+    snprintf(name, sizeof name, "layer.%d.mlp", i);
+    int k = intern(name);
+    if (i == 0) first = k;
+    ck_assert_int_eq(k, first + i);
+  }
+  for (int i = 0; i < 3000; i++) {
+    snprintf(name, sizeof name, "layer.%d.mlp", i);
+    ck_assert_str_eq(vr_tape_string(t, first + i), name);
+    ck_assert_int_eq(intern(name), first + i);
+  }
+  /* tails: "<i>.mlp" are new strings, copied out of the buffer they lie in */
+  for (int i = 0; i < 300; i++) {
+    const char *tail = vr_tape_string(t, first + i) + strlen("layer.");
+    snprintf(name, sizeof name, "%d.mlp", i);
+    int k = -1;
+    ck_assert_int_eq(vr_tape_intern(t, tail, &k), VR_OK);
+    ck_assert_int_eq(k, first + 3000 + i);
+    ck_assert_str_eq(vr_tape_string(t, k), name);
+  }
+  ck_assert_int_eq(vr_tape_nstrings(t), first + 3300);
+  /* reset keeps the strings */
+  vr_tape_reset(t);
+  ck_assert_str_eq(vr_tape_string(t, first + 2999), "layer.2999.mlp");
+  ck_assert_str_eq(vr_tape_string(t, 0), "setup");
 }
 END_TEST
 
@@ -1164,6 +1199,7 @@ static Suite *tape_suite(void) {
   tcase_add_test(tc, category_names_should_round_trip);
   tcase_add_test(tc, every_status_should_have_its_own_message);
   tcase_add_test(tc, interned_strings_should_keep_their_index);
+  tcase_add_test(tc, interned_strings_should_keep_their_text_as_the_table_grows);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("accounting");
