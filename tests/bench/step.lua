@@ -31,6 +31,11 @@ local CASES = {
     { model = { preset = "qwen3_vl_4b_instruct" }, run = { mode = "train", batch = 4, seq = 512,
       precision = { params = "bf16" }, attention = "sdpa",
       images = { width = 448, height = 448 } } } },
+  { "Qwen3-30B-A3B training step, transformers' eager expert loop (128 experts), full "
+    .. "checkpointing, batch 1 x 4096 (experts of equal rows composed, stdlib/moe.lua)",
+    { model = { preset = "qwen3_30b_a3b" }, run = { mode = "train", batch = 1, seq = 4096,
+      precision = { params = "bf16" }, attention = "flash", grad_checkpointing = "full",
+      moe = { impl = "loop" } } } },
 }
 
 for _, c in ipairs(CASES) do

@@ -153,6 +153,9 @@ function tests.composed_experts_equal_every_expert_walked()
     same("qwen3_30b_a3b", qwen, f, "qwen3 moe experts " .. k)
     composed("qwen3 moe experts " .. k)
   end
+  -- 1 x 1 rows x 8 picks over 16 experts: 8 of one row, 8 idle
+  same("qwen3_30b_a3b", qwen, { mode = "train", batch = 1, seq = 1 }, "qwen3 moe idle experts")
+  composed("qwen3 moe idle experts")
   same("mixtral_8x7b_v0_1", { num_hidden_layers = 4 }, { mode = "train", seq = 7 },
     "mixtral experts")
   composed("mixtral experts")
