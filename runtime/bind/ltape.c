@@ -30,9 +30,14 @@ typedef struct {
   int index;
 } seen_label;
 
+/* cats[c]: the text of the methods' upvalue UP_CAT + c once a call met it
+ * (NULL before). Those strings live as long as the state and Lua keeps one
+ * copy of each short string, so a category argument at the same address is
+ * that category: no strcmp. */
 typedef struct {
   vr_tape *t;
   seen_label seen[SEEN];
+  const char *cats[VR_NCAT];
 } ltape;
 
 /* The methods' upvalues: the tape metatable, then the field names the
@@ -81,10 +86,14 @@ static int fail(lua_State *L, const char *method, vr_status st) {
   return luaL_error(L, "tape:%s: %s", method, vr_tape_error(st));
 }
 
-static int checkcat(lua_State *L, int arg) {
+static int checkcat(lua_State *L, ltape *u, int arg) {
   const char *name = luaL_checkstring(L, arg);
+  for (int i = 0; i < VR_NCAT; i++)
+    if (u->cats[i] == name) return i;
   int c = vr_cat_find(name);
-  if (c < 0) {
+  if (c >= 0) {
+    u->cats[c] = lua_tostring(L, lua_upvalueindex(UP_CAT + c));
+  } else {
     luaL_Buffer b;
     luaL_buffinit(L, &b);
     lua_pushfstring(L, "unknown category '%s' (known:", name);
@@ -137,7 +146,7 @@ static int alloc_common(lua_State *L, bool param) {
   ltape *u = box(L);
   const char *method = param ? "param" : "alloc";
   int64_t bytes = vb_checkint(L, 2, 0, "bytes");
-  int cat = checkcat(L, 3);
+  int cat = checkcat(L, u, 3);
   const char *label = optname(L, 4);
   vr_tape *t = tape(L, u);
   int64_t id = 0;
@@ -182,7 +191,7 @@ static int l_replay_drop(lua_State *L) {
 static int l_temp(lua_State *L) {
   ltape *u = box(L);
   int64_t bytes = vb_checkint(L, 2, 0, "bytes");
-  int cat = checkcat(L, 3);
+  int cat = checkcat(L, u, 3);
   const char *label = optname(L, 4);
   vr_tape *t = tape(L, u);
   vr_status st = vr_tape_temp(t, bytes, cat, intern(L, u, t, label, "temp"));

@@ -387,6 +387,26 @@ function tests.labels_should_keep_their_text_when_strings_are_collected_and_made
   T.eq(#t:names(), 401, "op5\\0tail is op5")
 end
 
+-- The binding knows a category by its string's address once met; strings
+-- made at run time, before and after, name the same categories, and an
+-- unknown one is still refused after the known ones were met.
+function tests.categories_should_be_found_however_their_strings_are_made()
+  local t = vram.tape()
+  for round = 1, 3 do
+    for _, cat in ipairs(CATS) do
+      local made = cat:sub(1, 3) .. cat:sub(4) -- a string built now
+      t:drop(t:alloc(round, made))
+      t:temp(round, cat)
+    end
+  end
+  local by = t:live_by_category()
+  for _, cat in ipairs(CATS) do T.eq(by[cat], 0, cat) end
+  local a = t:alloc(7, ("kv_" .. "cache"))
+  T.eq(t:live_by_category().kv_cache, 7)
+  t:drop(a)
+  T.raises(function() t:alloc(1, "weight") end, "unknown category 'weight'")
+end
+
 function tests.a_temporary_should_raise_the_peak_but_not_live_bytes()
   local t = vram.tape()
   t:alloc(100, "activations")
