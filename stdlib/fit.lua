@@ -300,8 +300,9 @@ function M.knobs(run, budget, depth)
   -- rank runs the forward and backward another one ran replays them
   -- (parallel.lua M.search)
   local memo, by_run, search, steps, states = {}, {}, par.search(run, nil, true), {}, {}
-  local function one_gpu(r, touched)
-    local body = runs.key(r, run, OPTIMIZER, touched)
+  -- key: the run's key (the body's too when no lever touched the optimizer)
+  local function one_gpu(r, touched, key)
+    local body = touched.optimizer and runs.key(r, run, OPTIMIZER, touched) or key
     local st = steps[body] and swap.price(steps[body], r, states)
     if st then return frameworks.need(frameworks.of(r), st.peak_reserved), st end
     local rec = swap.recorder()
@@ -309,9 +310,9 @@ function M.knobs(run, budget, depth)
     if swap.ready(rec) then steps[body] = steps[body] or rec end
     return need, st
   end
-  local function priced(r, touched)
+  local function priced(r, touched, key)
     if r.parallel then return M.need(r, search) end
-    return one_gpu(r, touched)
+    return one_gpu(r, touched, key)
   end
   local function need_of(mask)
     if not memo[mask] then
@@ -329,8 +330,8 @@ function M.knobs(run, budget, depth)
           -- a lever the model refuses (a fused loss under autocast or on a
           -- VLM's head) makes no run; the run as given is never refused here
           local ok, need, st
-          if mask == 0 then ok, need, st = true, priced(r, touched)
-          else ok, need, st = pcall(priced, r, touched) end
+          if mask == 0 then ok, need, st = true, priced(r, touched, key)
+          else ok, need, st = pcall(priced, r, touched, key) end
           if not ok and type(need) ~= "table" then error(need, 0) end -- a bug, not a refusal
           by_run[key] = ok and { need = need, st = st } or { invalid = true }
         end
