@@ -891,10 +891,13 @@ function D.forward(S, P, emb, run)
   -- get no gradient in that layer: the composed layers' backward (every
   -- parameter's gradient, stdlib/compose.lua) would not repeat the walked
   -- layer's, so such steps walk every layer
-  -- (the expert loop under autocast, layers not checkpointed: composed, the
-  -- backward phase peaks above the walk's -- Mixtral, 8 layers, 2 x 1024:
-  -- +101,203,968 B, the step's peak the same; not found why -- so walked)
-  local loop_casts = S.autocast and not run.ckpt and m.moe and (ctx.moe_impl or "loop") == "loop"
+  -- (the expert loop under autocast, some layers not checkpointed: composed,
+  -- the backward phase peaks above the walk's -- Mixtral, 8 layers, 2 x
+  -- 1024: +101,203,968 B, the step's peak the same; not found why -- so
+  -- walked)
+  local every_layer = run.ckpt and (run.ckpt_every or 1) == 1
+  local loop_casts = S.autocast and not every_layer and m.moe
+    and (ctx.moe_impl or "loop") == "loop"
   local composable = (m.uniform or P.tail) and not ctx.router_logits
     and not D.idle_experts(m, ctx) and not loop_casts
   -- the stack that composes: every layer, or the uniform tail after the

@@ -299,6 +299,12 @@ function tests.layers_under_autocast_compose()
     same("mixtral_8x7b_v0_1", { num_hidden_layers = 8 }, { mode = "train", seq = 1024,
       precision = amp }, "autocast expert loop, not checkpointed")
     T.eq(composed, 0, "autocast expert loop, not checkpointed: walked")
+    -- every 3rd layer checkpointed: the others are not, walked too
+    same("deepseek_v3", { num_hidden_layers = 14, first_k_dense_replace = 0,
+      n_routed_experts = 8, num_experts_per_tok = 2, n_group = 1, topk_group = 1 },
+      { mode = "train", seq = 1024, grad_checkpointing = 3, precision = { master = "fp32",
+        compute = "bf16", dequantize = true } }, "autocast expert loop, every 3rd layer")
+    T.eq(composed, 0, "autocast expert loop, every 3rd layer: walked")
   end)
   compose.layers = layers
   if not ok then error(err, 0) end
