@@ -891,15 +891,8 @@ function D.forward(S, P, emb, run)
   -- get no gradient in that layer: the composed layers' backward (every
   -- parameter's gradient, stdlib/compose.lua) would not repeat the walked
   -- layer's, so such steps walk every layer
-  -- (the expert loop under autocast, some layers not checkpointed: composed,
-  -- the backward phase peaks above the walk's -- Mixtral, 8 layers, 2 x
-  -- 1024: +101,203,968 B, the step's peak the same; not found why -- so
-  -- walked)
-  local every_layer = run.ckpt and (run.ckpt_every or 1) == 1
-  local loop_casts = S.autocast and not every_layer and m.moe
-    and (ctx.moe_impl or "loop") == "loop"
   local composable = (m.uniform or P.tail) and not ctx.router_logits
-    and not D.idle_experts(m, ctx) and not loop_casts
+    and not D.idle_experts(m, ctx)
   -- the stack that composes: every layer, or the uniform tail after the
   -- first layers (walked one by one first; D.uniform_tail)
   local off = P.tail and D.uniform_tail(m) - 1 or 0

@@ -1039,17 +1039,25 @@ static vr_status run_bulk_body(vr_tape *t, bulk *b) {
   for (int64_t j = 0; j < b->iters && st == VR_OK; j++) {
     st = account_r(t, excursion, rexcursion, VR_CAT_TEMP, -1);
     if (st == VR_OK) st = account_r(t, -excursion, -rexcursion, VR_CAT_TEMP, -1);
+    /* The layer's new gradients (a parameter listed twice gets one) and
+     * its share of the bulk, released before they are made: the walked
+     * layer frees its saved tensors while it makes them, reaching no
+     * higher than the excursion above, so the share goes first (making
+     * every gradient first would rise by all of them at once: above the
+     * walk when a layer's gradients outweigh its excursion, e.g. fp32
+     * gradients of bf16 casts under autocast). */
+    const vr_edge *es = b->edges + j * b->nper;
     int64_t grads = 0, rgrads = 0, block = 0, rel = 0, rrel = 0;
     for (int k = 0; k < b->nper && st == VR_OK; k++) {
-      vr_edge e = b->edges[j * b->nper + k];
-      if (t->tensors.v[e.tensor].grad >= 0) continue; /* accumulates in place */
-      int64_t g = 0;
-      st = new_tensor(t, e.bytes, VR_CAT_GRADS, -1, false, &g);
-      if (st == VR_OK) t->tensors.v[e.tensor].grad = g;
-      if (st == VR_OK && (!vr_add(grads, e.bytes, &grads) || !block_size(t, e.bytes, &block) ||
-                          !vr_add(rgrads, block, &rgrads)))
+      tensor *p = &t->tensors.v[es[k].tensor];
+      if (p->grad != -1) continue; /* accumulates in place (or counted: -2) */
+      p->grad = -2;
+      if (!vr_add(grads, es[k].bytes, &grads) || !block_size(t, es[k].bytes, &block) ||
+          !vr_add(rgrads, block, &rgrads))
         st = VR_EOVERFLOW;
     }
+    for (int k = 0; k < b->nper; k++) /* the marks go before anything can fail */
+      if (t->tensors.v[es[k].tensor].grad == -2) t->tensors.v[es[k].tensor].grad = -1;
     if (st == VR_OK && (!vr_sub(grads, net, &rel) || !vr_sub(rgrads, rnet, &rrel)))
       st = VR_EOVERFLOW;
     bt = &t->tensors.v[b->tensor];
@@ -1059,6 +1067,13 @@ static vr_status run_bulk_body(vr_tape *t, bulk *b) {
       st = account_r(t, -rel, -rrel, bt->cat, -1);
       bt->bytes -= rel;
       b->reserved_left -= rrel;
+    }
+    for (int k = 0; k < b->nper && st == VR_OK; k++) {
+      vr_edge e = es[k];
+      if (t->tensors.v[e.tensor].grad >= 0) continue; /* made above for a repeat */
+      int64_t g = 0;
+      st = new_tensor(t, e.bytes, VR_CAT_GRADS, -1, false, &g);
+      if (st == VR_OK) t->tensors.v[e.tensor].grad = g;
     }
   }
   if (st == VR_OK) {

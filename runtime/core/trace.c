@@ -405,9 +405,9 @@ bool vr_trace_eval(const vr_trace *prog, const int64_t *sizes, vr_trace_result *
         if (!vr_trace_grads(prog, j, m, &g) || !vr_sub(s.watch, start[slot], &exc) ||
             !vr_sub(s.live, start[slot], &net) || !vr_sub(g, net, &rel) || !vr_sub(0, rel, &neg))
           return false;
-        for (int64_t i = 0; i < op->value; i++) {
-          if (!add_free(&s, exc, VR_CAT_TEMP, op->label) || !add(&s, g, VR_CAT_GRADS, op->label) ||
-              !add(&s, neg, op->cat, op->label) || !vr_sub(left[slot], rel, &left[slot]))
+        for (int64_t i = 0; i < op->value; i++) { /* the share released, then the grads (tape.c) */
+          if (!add_free(&s, exc, VR_CAT_TEMP, op->label) || !add(&s, neg, op->cat, op->label) ||
+              !add(&s, g, VR_CAT_GRADS, op->label) || !vr_sub(left[slot], rel, &left[slot]))
             return false;
         }
         if (!vr_sub(0, left[slot], &neg) || !add(&s, neg, op->cat, op->label)) return false;

@@ -395,7 +395,9 @@ static bool composed(const vr_trace *prog, const pk_op *po, const int64_t *m, pk
         /* the first and the last iteration's highest points */
         if (!vr_mul(net, n - 1, &last) || !vr_add(s->live, last, &last)) return false;
         hi = last > s->live ? last : s->live;
-        if (!vr_add(hi, max3(exc, g, net) > 0 ? max3(exc, g, net) : 0, &top)) return false;
+        /* an iteration releases its share before making its gradients
+         * (tape.c run_bulk_body): it rises to exc, ends at net */
+        if (!vr_add(hi, max3(exc, 0, net), &top)) return false;
         if (top > s->peak) s->peak = top;
         /* flow: n x (2 |exc| + |g| + |rel|) */
         if (exc == INT64_MIN || g == INT64_MIN || rel == INT64_MIN) return false;

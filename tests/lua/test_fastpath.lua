@@ -286,9 +286,10 @@ function tests.layers_under_autocast_compose()
       same(c[1], c[2], f, "autocast case " .. k)
       T.ok(composed > 0, "autocast case " .. k .. ": composed")
     end
-    -- at a real step's sizes (2 x 1024): a dense model, and MoE experts
-    -- checkpointed; the expert loop not checkpointed is walked
-    -- (models/decoder.lua says why)
+    -- at a real step's sizes (2 x 1024): a dense model, MoE experts
+    -- checkpointed, and not (a composed layer's backward releases its share
+    -- before making its fp32 gradients: making them first rose above the
+    -- walk, Mixtral 8 layers +101,203,968 B in the backward phase)
     composed = 0
     same("qwen2_5_1_5b_instruct", q, { mode = "train", seq = 1024, precision = amp },
       "autocast, 2 x 1024")
@@ -298,13 +299,13 @@ function tests.layers_under_autocast_compose()
     composed = 0
     same("mixtral_8x7b_v0_1", { num_hidden_layers = 8 }, { mode = "train", seq = 1024,
       precision = amp }, "autocast expert loop, not checkpointed")
-    T.eq(composed, 0, "autocast expert loop, not checkpointed: walked")
-    -- every 3rd layer checkpointed: the others are not, walked too
+    T.ok(composed > 0, "autocast expert loop, not checkpointed: composed")
+    composed = 0
     same("deepseek_v3", { num_hidden_layers = 14, first_k_dense_replace = 0,
       n_routed_experts = 8, num_experts_per_tok = 2, n_group = 1, topk_group = 1 },
       { mode = "train", seq = 1024, grad_checkpointing = 3, precision = { master = "fp32",
         compute = "bf16", dequantize = true } }, "autocast expert loop, every 3rd layer")
-    T.eq(composed, 0, "autocast expert loop, every 3rd layer: walked")
+    T.ok(composed > 0, "autocast expert loop, every 3rd layer: composed")
   end)
   compose.layers = layers
   if not ok then error(err, 0) end
