@@ -1154,6 +1154,75 @@ START_TEST(a_nested_echo_should_equal_the_experts_walked) {
 }
 END_TEST
 
+/* One layer: three ops in a chain, each saving its input (act bytes) and
+ * its weight, whose gradient has grad bytes (fp32 gradients of bf16 casts
+ * under autocast). In backward each op makes its weight's gradient and then
+ * frees its saved input: with act == grad the layer rises by one gradient
+ * at a time and ends where it began, below the sum of its gradients. */
+static int64_t chain_layer(int64_t x, const int64_t *w, int64_t act, int64_t grad) {
+  for (int k = 0; k < 3; k++) {
+    int64_t y = alloc(act, VR_CAT_ACTIV), saved[2] = {x, w[k]}, out[1] = {y};
+    vr_edge in[2] = {{x, 16, -1}, {w[k], grad, -1}}; /* a small gradient flows back */
+    OK(vr_tape_node(t, saved, 2, in, 2, out, 1, 0, -1));
+    OK(vr_tape_drop(t, x));
+    x = y;
+  }
+  return x;
+}
+
+/* Six such layers, every one walked or (composed) 1, 2 and 6 walked and
+ * 3..5 a bulk; a loss, backward. Returns the backward phase's peak. */
+static int64_t six_layers(bool composed) {
+  enum { L = 6 };
+  const int64_t act = 4000, grad = 4000;
+  int64_t w[L][3], x;
+  for (int i = 0; i < L; i++)
+    for (int k = 0; k < 3; k++) w[i][k] = param(2000);
+  OK(vr_tape_phase(t, "forward"));
+  x = alloc(act, VR_CAT_INPUTS);
+  if (!composed) {
+    for (int i = 0; i < L; i++) x = chain_layer(x, w[i], act, grad);
+  } else {
+    x = chain_layer(x, w[0], act, grad);
+    int64_t before = 0, after = 0;
+    OK(vr_tape_mark(t, &before));
+    int64_t rbefore = stats().reserved;
+    x = chain_layer(x, w[1], act, grad);
+    OK(vr_tape_mark(t, &after));
+    vr_edge edges[(L - 3) * 3];
+    for (int i = 2; i < L - 1; i++)
+      for (int k = 0; k < 3; k++) edges[(i - 2) * 3 + k] = (vr_edge){w[i][k], grad, -1};
+    int bulk = -1;
+    OK(vr_tape_bulk(t, after - before, stats().reserved - rbefore, L - 3, edges, 3, -1, &bulk));
+    x = chain_layer(x, w[L - 1], act, grad);
+    OK(vr_tape_bulk_end(t, bulk));
+  }
+  int64_t loss = alloc(4, VR_CAT_LOGITS), out[1] = {loss};
+  vr_edge le = {x, 16, -1};
+  OK(vr_tape_node(t, &x, 1, &le, 1, out, 1, 0, -1));
+  OK(vr_tape_drop(t, x));
+  OK(vr_tape_phase(t, "backward"));
+  OK(vr_tape_backward(t, loss));
+  OK(vr_tape_drop(t, loss));
+  return phase_peak("backward");
+}
+
+/* A composed layer's backward releases its share of the bulk before it
+ * makes its gradients: making them first rose by all of them at once,
+ * above the walk, where they free the layer's saved tensors as they come. */
+START_TEST(a_composed_layer_with_big_gradients_should_peak_as_walked) {
+  int64_t walked = six_layers(false);
+  vr_tape_stats w = stats();
+  vr_tape_reset(t);
+  int64_t composed = six_layers(true);
+  vr_tape_stats c = stats();
+  ck_assert_int_eq(composed, walked);
+  ck_assert_int_eq(c.peak, w.peak);
+  ck_assert_int_eq(c.live, w.live);
+  ck_assert_int_eq(c.live_by_cat[VR_CAT_GRADS], w.live_by_cat[VR_CAT_GRADS]);
+}
+END_TEST
+
 /* A window measures from where it opens: an earlier, higher peak is not
  * its own; its peak is the first moment live bytes were highest, with
  * each category's bytes then; reserved counts blocks (512 B here). */
@@ -1266,6 +1335,7 @@ static Suite *tape_suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, captured_layers_should_equal_layers_built_one_by_one);
   tcase_add_test(tc, an_echoed_layer_should_equal_the_layer_walked);
+  tcase_add_test(tc, a_composed_layer_with_big_gradients_should_peak_as_walked);
   tcase_add_test(tc, a_nested_echo_should_equal_the_experts_walked);
   suite_add_tcase(s, tc);
 
