@@ -221,7 +221,10 @@ end
 
 -- Model-dependent checks, once the model is known.
 function M.check(L, run, where)
-  local function fail(field, what) errors.input(where, "parallel." .. field, what) end
+  -- field: the parallel: key at fault, or "" for the layout as a whole
+  local function fail(field, what)
+    errors.input(where, field == "" and "parallel" or "parallel." .. field, what)
+  end
   if run.vision or run.vlm or not run.text then -- a text-only decoder on the simulator
     fail("", "per-rank budgets are modelled for decoder-only language models")
   end
