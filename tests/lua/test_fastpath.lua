@@ -175,17 +175,25 @@ function tests.composed_experts_equal_every_expert_walked()
   step.new_sim = new_sim
 end
 
+-- body(calls) with mod[name] counting its calls: calls() says how many
+-- since the last calls(), then starts again; mod[name] is put back
+-- whatever body does.
+local function counting(mod, name, body)
+  local f, n = mod[name], 0
+  mod[name] = function(...) n = n + 1 return f(...) end
+  local ok, err = pcall(body, function() local c = n; n = 0; return c end)
+  mod[name] = f
+  if not ok then error(err, 0) end
+end
+
 -- A stack whose first layers differ (DeepSeek-V3's first_k_dense_replace
 -- dense layers, Qwen3-MoE's mlp_only_layers) walks those and composes the
 -- uniform MoE tail after them (models/decoder.lua D.uniform_tail), trained
 -- or grad-free: every layer's answer, and the tail composed.
 function tests.a_uniform_tail_after_dense_layers_equals_every_layer()
   local compose, decoder = require("stdlib.compose"), require("models.decoder")
-  local composed, grad_free = 0, 0
-  local layers, free = compose.layers, decoder.grad_free_layers
-  compose.layers = function(...) composed = composed + 1 return layers(...) end
-  decoder.grad_free_layers = function(...) grad_free = grad_free + 1 return free(...) end
-  local ok, err = pcall(function()
+  counting(compose, "layers", function(composed) counting(decoder, "grad_free_layers",
+  function(grad_free)
     local ds = { num_hidden_layers = 8, first_k_dense_replace = 2, n_routed_experts = 8,
       num_experts_per_tok = 2, n_group = 1, topk_group = 1 }
     local deq = { params = "bf16", dequantize = true } -- the checkpoint is fp8
@@ -193,12 +201,12 @@ function tests.a_uniform_tail_after_dense_layers_equals_every_layer()
       { lora = { rank = 4 } }, { precision = deq, grad_accum = 2 },
       { precision = deq, grad_checkpointing = 2 }, { mode = "inference" } }) do
       f.mode = f.mode or "train"
-      composed, grad_free = 0, 0
+      composed(); grad_free()
       same("deepseek_v3", ds, f, "deepseek-v3 tail, variant " .. k)
       if f.grad_checkpointing == 2 then
-        T.eq(composed, 0, "every 2nd layer, 3 periods in the tail: walked")
+        T.eq(composed(), 0, "every 2nd layer, 3 periods in the tail: walked")
       else
-        T.ok(composed + grad_free > 0, "deepseek-v3 variant " .. k .. ": the tail composed")
+        T.ok(composed() + grad_free() > 0, "deepseek-v3 variant " .. k .. ": the tail composed")
       end
     end
     -- checkpointing every n-th layer or in segments: whole periods of the
@@ -210,19 +218,17 @@ function tests.a_uniform_tail_after_dense_layers_equals_every_layer()
       { 14, 3, { grad_checkpointing = 2, lora = { rank = 4 } } } }) do
       local f = c[3]
       f.mode, f.precision = "train", not f.lora and deq or nil
-      composed = 0
+      composed()
       same("deepseek_v3", { num_hidden_layers = c[1], first_k_dense_replace = c[2],
         n_routed_experts = 8, num_experts_per_tok = 2, n_group = 1, topk_group = 1 }, f,
         "deepseek-v3 tail in periods, case " .. k)
-      T.ok(composed > 0, "deepseek-v3 tail in periods, case " .. k .. ": composed")
+      T.ok(composed() > 0, "deepseek-v3 tail in periods, case " .. k .. ": composed")
     end
-    composed = 0
+    composed()
     same("qwen3_30b_a3b", { num_hidden_layers = 7, mlp_only_layers = { 0, 1 } },
       { mode = "train", seq = 8 }, "qwen3-moe after two dense layers")
-    T.ok(composed > 0, "qwen3-moe: the tail composed")
-  end)
-  compose.layers, decoder.grad_free_layers = layers, free
-  if not ok then error(err, 0) end
+    T.ok(composed() > 0, "qwen3-moe: the tail composed")
+  end) end)
 end
 
 -- Pipeline stages slice the layer list (stdlib/parallel.lua local_run): a
@@ -231,10 +237,7 @@ end
 -- Every rank's budget equals every layer walked.
 function tests.pipeline_stages_of_a_model_with_dense_first_layers()
   local par = require("stdlib.parallel")
-  local compose = require("stdlib.compose")
-  local composed, layers = 0, compose.layers
-  compose.layers = function(...) composed = composed + 1 return layers(...) end
-  local ok, err = pcall(function()
+  counting(require("stdlib.compose"), "layers", function(composed)
     for _, L in ipairs({ { pp = 2, dp = 2, zero = 1 }, { pp = 4 } }) do
       local run = spec.normalize({ model = { preset = "deepseek_v3", overrides = {
         num_hidden_layers = 16, first_k_dense_replace = 3, n_routed_experts = 8,
@@ -244,14 +247,12 @@ function tests.pipeline_stages_of_a_model_with_dense_first_layers()
       run.compose = false
       local full = par.budget(run)
       run.compose = nil
-      composed = 0
+      composed()
       T.eq(par.budget(run), full, "pp " .. L.pp)
       -- pp 4: 4 layers a stage, the first 3 dense + 1 MoE (walked), 3 all MoE
-      T.ok(composed >= (L.pp == 4 and 3 or 2), "pp " .. L.pp .. ": stages composed")
+      T.ok(composed() >= (L.pp == 4 and 3 or 2), "pp " .. L.pp .. ": stages composed")
     end
   end)
-  compose.layers = layers
-  if not ok then error(err, 0) end
 end
 
 -- Under autocast (fp32 master weights, bf16 compute) layers compose too,
@@ -259,10 +260,7 @@ end
 -- (stdlib/compose.lua middle_casts): checkpointed or not, in segments,
 -- LoRA, micro-batches, MoE, a VLM, dense first layers. Every layer's answer.
 function tests.layers_under_autocast_compose()
-  local compose = require("stdlib.compose")
-  local composed, layers = 0, compose.layers
-  compose.layers = function(...) composed = composed + 1 return layers(...) end
-  local ok, err = pcall(function()
+  counting(require("stdlib.compose"), "layers", function(composed)
     local amp = { master = "fp32", compute = "bf16" }
     local q = { num_hidden_layers = 12 }
     for k, c in ipairs({
@@ -282,33 +280,31 @@ function tests.layers_under_autocast_compose()
         precision = { master = "fp32", compute = "bf16", dequantize = true } } } }) do
       local f = c[3]
       f.mode, f.precision = "train", f.precision or amp
-      composed = 0
+      composed()
       same(c[1], c[2], f, "autocast case " .. k)
-      T.ok(composed > 0, "autocast case " .. k .. ": composed")
+      T.ok(composed() > 0, "autocast case " .. k .. ": composed")
     end
     -- at a real step's sizes (2 x 1024): a dense model, MoE experts
     -- checkpointed, and not (a composed layer's backward releases its share
     -- before making its fp32 gradients: making them first rose above the
     -- walk, Mixtral 8 layers +101,203,968 B in the backward phase)
-    composed = 0
+    composed()
     same("qwen2_5_1_5b_instruct", q, { mode = "train", seq = 1024, precision = amp },
       "autocast, 2 x 1024")
     same("qwen3_30b_a3b", { num_hidden_layers = 8 }, { mode = "train", seq = 1024,
       precision = amp, grad_checkpointing = "full" }, "autocast moe checkpointed, 2 x 1024")
-    T.ok(composed > 0, "autocast at 2 x 1024: composed")
-    composed = 0
+    T.ok(composed() > 0, "autocast at 2 x 1024: composed")
+    composed()
     same("mixtral_8x7b_v0_1", { num_hidden_layers = 8 }, { mode = "train", seq = 1024,
       precision = amp }, "autocast expert loop, not checkpointed")
-    T.ok(composed > 0, "autocast expert loop, not checkpointed: composed")
-    composed = 0
+    T.ok(composed() > 0, "autocast expert loop, not checkpointed: composed")
+    composed()
     same("deepseek_v3", { num_hidden_layers = 14, first_k_dense_replace = 0,
       n_routed_experts = 8, num_experts_per_tok = 2, n_group = 1, topk_group = 1 },
       { mode = "train", seq = 1024, grad_checkpointing = 3, precision = { master = "fp32",
         compute = "bf16", dequantize = true } }, "autocast expert loop, every 3rd layer")
-    T.ok(composed > 0, "autocast expert loop, every 3rd layer: composed")
+    T.ok(composed() > 0, "autocast expert loop, every 3rd layer: composed")
   end)
-  compose.layers = layers
-  if not ok then error(err, 0) end
 end
 
 function tests.skipped_micro_batches_equal_every_micro_batch()
