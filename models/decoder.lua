@@ -897,34 +897,6 @@ function D.forward(S, P, emb, run)
   -- first layers (walked one by one first; D.uniform_tail)
   local off = P.tail and D.uniform_tail(m) - 1 or 0
   local ls, n = P.tail or P.layers, m.layers - off
-  local function walk_head(x)
-    for i = 1, off do
-      local out
-      if run.ckpt and S.grad then
-        S:checkpoint_begin()
-        out = layer_forward(S, P, P.layers[i], x, ctx, i)
-        S:checkpoint_end(D.ckpt_inputs(x, ctx), { out }, "checkpoint")
-      else
-        out = layer_forward(S, P, P.layers[i], x, ctx, i)
-      end
-      S:drop(x)
-      x = out
-    end
-    return x
-  end
-  if composable and compose.enabled(S, n, run) then
-    h = D.composed_layers(S, P, walk_head(h), ctx, run, ls, n, off)
-    local normed = P.norm and final_norm(S, m, h, P.norm, rows) or S:view(h)
-    S:drop(h, cache_pos, mask, cos, sin)
-    return normed
-  end
-  if not S.grad and S.composable and (m.uniform or P.tail) and not m.sliding_layers
-    and not ctx.router_logits and n >= 4 then
-    h = D.grad_free_layers(S, P, walk_head(h), ctx, ls, n, off)
-    local normed = P.norm and final_norm(S, m, h, P.norm, rows) or S:view(h)
-    S:drop(h, cache_pos, mask, cos, sin)
-    return normed
-  end
   -- one step of the walk from layer i on h (dropped): a checkpointed
   -- segment (every ckpt_every-th layer, ckpt_segment layers long) or one
   -- layer; returns the next layer's index and the output
@@ -946,6 +918,26 @@ function D.forward(S, P, emb, run)
     local out = layer_forward(S, P, P.layers[i], x, ctx, i)
     S:drop(x)
     return i + 1, out
+  end
+  -- layers 1 .. off, before a composed tail (one layer a step there: the
+  -- tail composes only without segments, or grad-free)
+  local function walk_head(x)
+    local i = 1
+    while i <= off do i, x = walk(i, x) end
+    return x
+  end
+  if composable and compose.enabled(S, n, run) then
+    h = D.composed_layers(S, P, walk_head(h), ctx, run, ls, n, off)
+    local normed = P.norm and final_norm(S, m, h, P.norm, rows) or S:view(h)
+    S:drop(h, cache_pos, mask, cos, sin)
+    return normed
+  end
+  if not S.grad and S.composable and (m.uniform or P.tail) and not m.sliding_layers
+    and not ctx.router_logits and n >= 4 then
+    h = D.grad_free_layers(S, P, walk_head(h), ctx, ls, n, off)
+    local normed = P.norm and final_norm(S, m, h, P.norm, rows) or S:view(h)
+    S:drop(h, cache_pos, mask, cos, sin)
+    return normed
   end
   local i = 1
   -- checkpointing every n-th layer or in segments: the walk repeats every
