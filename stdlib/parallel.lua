@@ -18,6 +18,7 @@ local vram = require("vram")
 local errors = require("stdlib.errors")
 local cfgutil = require("stdlib.config")
 local step = require("stdlib.step")
+local spans = require("stdlib.spans") -- a step's peaks from measured spans (lean searches)
 local optim = require("stdlib.optim")
 local report = require("stdlib.report")
 local frameworks = require("stdlib.frameworks")
@@ -445,18 +446,6 @@ local function each_param(list, f)
   end
 end
 
--- What the tape saw since tape:window() (c0: its categories then), as
--- changes from that moment: the highest live and reserved bytes, each
--- category when live first peaked, and where each ended.
-local function window_delta(tape, c0)
-  local w = tape:window_peaks()
-  local live, reserved = tape:live()
-  local c1, at, net = tape:live_by_category(), {}, {}
-  for k, v in pairs(c0) do at[k], net[k] = w.at_peak[k] - v, c1[k] - v end
-  return { peak = w.peak - w.start, rpeak = w.rpeak - w.rstart, at = at,
-    live = live - w.start, reserved = reserved - w.rstart, net = net }
-end
-
 -- How pass runs a step's layout allocations and its forward and backward
 -- segments. Run: on the tape, each segment's window recorded when `rec`
 -- (a table) is given. Replay: from such a record (lean searches, M.search):
@@ -467,7 +456,7 @@ end
 -- higher or lower start moves its peaks by that difference, at the same
 -- moment. The peaks are kept as the tape keeps them: live's first highest
 -- moment (with its categories), reserved's highest.
-local Run, Replay = {}, {}
+local Run, Replay = {}, setmetatable({}, { __index = spans.Peaks })
 Run.__index, Replay.__index = Run, Replay
 function Run:alloc(bytes, cat, label) return self.tape:alloc(bytes, cat, label) end
 function Run:drop(id) self.tape:drop(id) end
@@ -479,7 +468,7 @@ function Run:segment(kind, mb, f)
   local c0 = self.tape:live_by_category()
   self.tape:window()
   local a, b = f()
-  self.rec[kind .. mb] = window_delta(self.tape, c0)
+  self.rec[kind .. mb] = spans.delta(self.tape, c0)
   return a, b
 end
 
@@ -500,20 +489,6 @@ local function replay(tape, rec)
   if b.reserved + st.peak_reserved > T.rpeak then T.rpeak = b.reserved + st.peak_reserved end
   return T
 end
--- a moment dl and dr bytes above now, the categories now plus dcats
-function Replay:moment(dl, dr, dcats)
-  if self.live + dl > self.peak then
-    local at = {}
-    for k, v in pairs(self.cats) do at[k] = v + (dcats and dcats[k] or 0) end
-    self.peak, self.at = self.live + dl, at
-  end
-  if self.reserved + dr > self.rpeak then self.rpeak = self.reserved + dr end
-end
-function Replay:add(d) -- d: a window_delta, or a tensor's { live, reserved, cat }
-  self.live, self.reserved = self.live + d.live, self.reserved + d.reserved
-  if d.cat then self.cats[d.cat] = self.cats[d.cat] + d.live end
-  for k, v in pairs(d.net or {}) do self.cats[k] = self.cats[k] + v end
-end
 function Replay:alloc(bytes, cat, label)
   local l0, r0 = self.tape:live()
   local id = self.tape:alloc(bytes, cat, label)
@@ -529,16 +504,12 @@ function Replay:drop(h)
 end
 function Replay:temp(bytes, cat, label) self:drop(self:alloc(bytes, cat, label)) end
 function Replay:phase() end
-function Replay:window(d)
-  self:moment(d.peak, d.rpeak, d.at)
-  self:add(d)
-end
 function Replay:segment(kind, mb) self:window(self.rec[kind .. mb]) end
 function Replay:measured(f) -- on the tape itself (the optimizer step), measured
   local c0 = self.tape:live_by_category()
   self.tape:window()
   f()
-  self:window(window_delta(self.tape, c0))
+  self:window(spans.delta(self.tape, c0))
 end
 
 -- One pass of the role's step on a fresh simulator. held: bytes one

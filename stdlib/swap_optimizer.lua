@@ -13,7 +13,7 @@
 -- vr_tape_rounding), so under another optimizer every other span sees the
 -- same changes from a start higher or lower by what B allocated: its peaks
 -- move by that difference, at the same moments. The tape measures those
--- spans on the simulated step (a window each, tape:window) and B and D
+-- spans on the simulated step (a window each, stdlib/spans.lua) and B and D
 -- under the other optimizer on a tape of their own; the step's peaks are
 -- then the highest of all, the first to reach it giving the categories at
 -- the peak (the tape keeps the first moment live bytes are highest).
@@ -31,49 +31,57 @@
 -- stdlib/xla.lua), a timeline or a compiled-estimate probe.
 local step = require("stdlib.step")
 local optim = require("stdlib.optim")
+local spans = require("stdlib.spans")
 
 local M = {}
 
+-- Whether a delta ends where it began, in every category.
+local function left_nothing(d)
+  for _, v in pairs(d.net) do if v ~= 0 then return false end end
+  return true
+end
+
 -- Calls the simulators make at their seams (step.lua's and rl.lua's `rec`
--- argument), only for a step that can be recorded.
+-- argument), only for a step that can be recorded: A's state, then every
+-- span after B as it changes the tape (stdlib/spans.lua), the optimizer
+-- steps marked.
 local Recorder = {}
 Recorder.__index = Recorder
 
 function M.recorder() return setmetatable({ spans = {} }, Recorder) end
 
-local function now(tape)
-  local live, reserved = tape:live()
-  return { live = live, reserved = reserved, cat = tape:live_by_category() }
-end
-
 -- A ends: the model built and loaded, adapters made, before the states.
 function Recorder:setup_done(S, trainable)
+  local tape, st = S.tape, S.tape:stats()
+  local live, reserved = tape:live()
   self.trainable = trainable
-  self.a = now(S.tape)
-  local st = S.tape:stats()
-  self.a.peak, self.a.peak_reserved, self.a.at_peak = st.peak, st.peak_reserved, st.at_peak
+  self.a = { live = live, reserved = reserved, cats = tape:live_by_category(), peak = st.peak,
+    rpeak = st.peak_reserved, at = st.at_peak }
 end
 
--- B ends: the states allocated; a span opens.
-function Recorder:states_done(S)
-  self.b = now(S.tape)
+local function open_span(self, S)
+  self.c0 = S.tape:live_by_category()
   S.tape:window()
 end
 
 local function close_span(self, S)
-  self.spans[#self.spans + 1] = { window = S.tape:window_peaks() }
+  self.spans[#self.spans + 1] = { span = spans.delta(S.tape, self.c0) }
 end
+
+-- B ends: the states allocated; a span opens.
+function Recorder:states_done(S) open_span(self, S) end
 
 -- An optimizer step begins (the span before it closes) ...
 function Recorder:step_begins(S)
   close_span(self, S)
-  self.spans[#self.spans + 1] = { step = now(S.tape) }
+  open_span(self, S)
 end
 
--- ... and ends: what it left, and the next span opens.
+-- ... and ends: whether it left what it found; the next span opens.
 function Recorder:step_ends(S)
-  self.spans[#self.spans].left = now(S.tape)
-  S.tape:window()
+  self.spans[#self.spans + 1] = { step = true,
+    kept = not left_nothing(spans.delta(S.tape, self.c0)) }
+  open_span(self, S)
 end
 
 -- The step is over: the last span closes.
@@ -84,26 +92,6 @@ end
 
 -- Whether rec recorded a step that other optimizers can be priced on.
 function M.ready(rec) return rec.done == true end
-
-local CATS = nil -- the category names, from the first table met
-local function plus(a, b, c, d) -- a + b - c + d per category (c, d optional)
-  CATS = CATS or (function()
-    local k = {}
-    for name in pairs(a) do k[#k + 1] = name end
-    return k
-  end)()
-  local out = {}
-  for _, k in ipairs(CATS) do
-    out[k] = a[k] + b[k] - (c and c[k] or 0) + (d and d[k] or 0)
-  end
-  return out
-end
-
--- Whether two category tables hold the same bytes.
-local function same_cats(a, b)
-  for k, v in pairs(a) do if b[k] ~= v then return false end end
-  return true
-end
 
 -- The parameters' shapes as the optimizer reads them (optim.lua: n, rows,
 -- dtype, bytes; a group's copies), as a string.
@@ -122,12 +110,12 @@ local function shape(list)
   return table.concat(out)
 end
 
--- B and D under run.optimizer on a tape of their own: what the states
--- allocate (b: the window; s: where they end) and the step's window d,
--- or false when the step leaves something behind. A function of the
--- trainable parameters' shapes, the optimizer and the allocator only, so
--- memo (optional: a table) keeps it for steps with the same shapes (the
--- losses and batches of one model).
+-- B and D under run.optimizer on a tape of their own, as spans (b: the
+-- states from nothing, d: the step from the states), or false when the
+-- step leaves something behind. A function of the trainable parameters'
+-- shapes, the optimizer and the allocator only, so memo (optional: a
+-- table) keeps it for steps with the same shapes (the losses and batches
+-- of one model).
 local function own(rec, run, memo)
   local key
   if memo then
@@ -138,17 +126,15 @@ local function own(rec, run, memo)
   end
   local S = step.new_sim(run) -- the run's allocator rounding
   local tape = S.tape
-  -- B under this optimizer, from nothing
+  local c0 = tape:live_by_category()
   tape:window()
   optim.init_state(S, rec.trainable, run.optimizer)
-  local b = tape:window_peaks()
-  local s = now(tape)
-  -- D under this optimizer, from the states
+  local b = spans.delta(tape, c0)
+  local c1 = tape:live_by_category()
   tape:window()
   optim.step(S, rec.trainable, run.optimizer)
-  local d = tape:window_peaks()
-  local out = same_cats(now(tape).cat, s.cat) and
-    { b = b, s = s, d = d, paged = S.paged_state_bytes } or false
+  local d = spans.delta(tape, c1)
+  local out = left_nothing(d) and { b = b, d = d, paged = S.paged_state_bytes } or false
   if memo then memo[key] = out end
   return out
 end
@@ -158,35 +144,21 @@ end
 -- or nil when a step of this optimizer or the recorded one's leaves
 -- something behind (then the spans after it would not be the recorded
 -- ones). run: the recorded run with another optimizer, nothing else
--- changed.
--- memo (optional): a table kept across calls (own above).
+-- changed. memo (optional): a table kept across calls (own above).
 function M.price(rec, run, memo)
   assert(M.ready(rec), "swap_optimizer.price: the step was not recorded")
   local o = own(rec, run, memo)
   if not o then return nil end
-  local b, s, d = o.b, o.s, o.d
-  -- what this optimizer's states hold beyond the recorded one's
-  local a, b0 = rec.a, rec.b
-  local shift = s.live - (b0.live - a.live)
-  local rshift = s.reserved - (b0.reserved - a.reserved)
-  local cshift = plus(s.cat, a.cat, b0.cat) -- s.cat - (b0.cat - a.cat)
-  local peak, at, rpeak = a.peak, a.at_peak, a.peak_reserved
-  local function moment(live, reserved, cats)
-    if live > peak then peak, at = live, cats() end
-    if reserved > rpeak then rpeak = reserved end
-  end
-  moment(a.live + b.peak, a.reserved + b.rpeak, function() return plus(a.cat, b.at_peak) end)
+  local a, cats = rec.a, {}
+  for k, v in pairs(a.cats) do cats[k] = v end
+  local P = spans.peaks({ live = a.live, reserved = a.reserved, cats = cats, peak = a.peak,
+    rpeak = a.rpeak, at = a.at })
+  P:window(o.b)
   for _, sp in ipairs(rec.spans) do
-    local w, at0 = sp.window, sp.step
-    if w then
-      moment(w.peak + shift, w.rpeak + rshift, function() return plus(w.at_peak, cshift) end)
-    else
-      if not same_cats(sp.left.cat, at0.cat) then return nil end
-      moment(at0.live + shift + d.peak - s.live, at0.reserved + rshift + d.rpeak - s.reserved,
-        function() return plus(plus(at0.cat, cshift), d.at_peak, s.cat) end)
-    end
+    if sp.step and sp.kept then return nil end
+    P:window(sp.span or o.d)
   end
-  return { peak = peak, peak_reserved = rpeak, at_peak = at, paged_state_bytes = o.paged }
+  return { peak = P.peak, peak_reserved = P.rpeak, at_peak = P.at, paged_state_bytes = o.paged }
 end
 
 return M
