@@ -901,18 +901,22 @@ function D.forward(S, P, emb, run)
   -- segment (every ckpt_every-th layer, ckpt_segment layers long) or one
   -- layer; returns the next layer's index and the output
   local every = run.ckpt_every or 1
+  -- a segment's layers of the stack's group (layer j its copy j - off - 1)
+  -- echo one another (compose.chain); not under autocast (its casts are
+  -- Lua state), nor with compose = false (the tests' walk)
+  local gmt = composable and run.compose ~= false and not S.autocast and not ctx.cache
+    and getmetatable(P.tail or P.layers)
+  local G = gmt and gmt.group
   local function walk(i, x)
     local last = math.min(i + seg - 1, m.layers)
     if run.ckpt and S.grad and (i - 1) % every == 0 then
-      local first, out = x, nil
+      local c0 = i - off - 1
       S:checkpoint_begin()
-      for j = i, last do
-        out = layer_forward(S, P, P.layers[j], x, ctx, j)
-        if j > i then S:drop(x) end
-        x = out
-      end
-      S:checkpoint_end(D.ckpt_inputs(first, ctx), { out }, "checkpoint")
-      S:drop(first)
+      local out = compose.chain(S, G and c0 >= 0 and c0 + last - i < G.count and G or nil, c0,
+        last - i + 1, function(k, y) return layer_forward(S, P, P.layers[i + k - 1], y, ctx,
+          i + k - 1) end, x)
+      S:checkpoint_end(D.ckpt_inputs(x, ctx), { out }, "checkpoint")
+      S:drop(x)
       return last + 1, out
     end
     local out = layer_forward(S, P, P.layers[i], x, ctx, i)

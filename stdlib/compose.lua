@@ -214,4 +214,36 @@ function M.layers(S, layers, n, one, x, label)
   return x
 end
 
+-- Layers run one after another inside one checkpointed segment
+-- (models/decoder.lua's walk), the k-th (k = 1 .. n) copy c0 + k - 1 of
+-- group G (Sim:build_layers): one(k, x) runs it on x and returns its
+-- output. x is the first's input, kept; each later input is dropped after
+-- its layer. A layer is echoed (tape:echo) and replayed for each next one
+-- whose input is alike to its own, as M.layers does (its parameters the
+-- next copy's), so that a segment walks one layer, or two where the first
+-- reads the embedding's view; with G nil, or an echo spoiled, every layer
+-- runs. The caller sees that nothing outside the tape changes with the
+-- layer (autocast's casts, a KV cache). Returns the last output.
+function M.chain(S, G, c0, n, one, x)
+  local tape, e = S.tape, nil
+  for k = 1, n do
+    local out
+    if e and alike(e.input, x) then
+      local lo = G.first + e.copy * G.stride
+      out = M.moved(e.output, tape:echo_replay({ e.input.id, x.id }, lo, lo + G.stride,
+        (c0 + k - 1 - e.copy) * G.stride, e.output.id))
+    elseif G then
+      tape:echo()
+      out = one(k, x)
+      e = tape:echo_end() and { copy = c0 + k - 1, input = x, output = out }
+      if not e then G = nil end
+    else
+      out = one(k, x)
+    end
+    if k > 1 then S:drop(x) end
+    x = out
+  end
+  return x
+end
+
 return M

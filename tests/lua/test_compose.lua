@@ -285,6 +285,75 @@ function tests.checkpointed_layers_are_replayed()
   T.ok(echoed >= 40, "checkpointed runs echoed: " .. echoed)
 end
 
+-- The layers of a checkpointed segment echo one another (compose.chain in
+-- models/decoder.lua's walk: unit 1's segments, those left over after the
+-- units, every segment when a timeline is drawn): the answer of every layer
+-- walked (compose = false), and of every layer built (group_layers = false:
+-- no group, nothing echoed) with the timeline event for event. A segment
+-- runs one layer, or two where the first reads the embedding's view of a
+-- frozen embedding (its input not alike to the next's), a tail's dense
+-- layers before it all; under autocast every layer runs.
+function tests.the_layers_of_a_segment_echo_one_another()
+  local compose = require("stdlib.compose")
+  local chain = compose.chain
+  local ran, echoed, most = 0, 0, 0 -- layers run, chains given a group, most run in one
+  compose.chain = function(S, G, c0, n, one, x)
+    local k = 0
+    local out = chain(S, G, c0, n, function(...) k = k + 1; return one(...) end, x)
+    ran = ran + k
+    if G then echoed, most = echoed + 1, math.max(most, k) end
+    return out
+  end
+  local deq = { params = "bf16", dequantize = true } -- (deepseek_v3's checkpoint is fp8)
+  local ok, err = pcall(function()
+    for _, m in ipairs({ { "qwen2_5_1_5b_instruct", { num_hidden_layers = 11 } },
+      { "qwen2_5_1_5b_instruct", { num_hidden_layers = 36 } },
+      { "qwen3_30b_a3b", { num_hidden_layers = 9 }, { seq = 8 } },
+      { "deepseek_v3", { num_hidden_layers = 13, first_k_dense_replace = 3, n_routed_experts = 8,
+        num_experts_per_tok = 2, n_group = 1, topk_group = 1 }, { precision = deq } } }) do
+      for _, c in ipairs({ { "full", 2 }, { "full", 3 }, { "full", 8 }, { 2, 3 } }) do
+        for k, extra in ipairs({ {}, { lora = { rank = 4 } }, { precision = { params = "bf16",
+          weights = "nf4" }, lora = { rank = 4 } }, { freeze = { "embeddings" } },
+          { grad_accum = 2 }, { precision = { master = "fp32", compute = "bf16" } } }) do
+          local f = { grad_checkpointing = c[1], checkpoint_segment = c[2], mode = "train" }
+          for key, v in pairs(m[3] or {}) do f[key] = v end
+          for key, v in pairs(extra) do f[key] = v end
+          if m[3] and m[3].precision and extra.precision then -- both: dequantized, autocast
+            f.precision = { dequantize = true, master = extra.precision.master,
+              compute = extra.precision.compute, weights = extra.precision.weights }
+          end
+          local what = ("%s, %d layers, checkpointing %s, segment %d, variant %d"):format(m[1],
+            m[2].num_hidden_layers, tostring(c[1]), c[2], k)
+          if not (f.precision and f.precision.weights and m[1] == "deepseek_v3") then
+            local run = run_of(m[1], m[2], f)
+            run.compose = false
+            local walked = answer(step.run(run))
+            run.compose = nil
+            ran, echoed, most = 0, 0, 0
+            T.eq(answer(step.run(run)), walked, what)
+            local autocast = run.autocast
+            ran, echoed, most = 0, 0, 0
+            local drawn = same(m[1], m[2], f, what .. ", drawn")
+            drawn.timeline = nil
+            T.eq(drawn, walked, what .. ": drawn")
+            if autocast then
+              T.eq(echoed, 0, what .. ": every layer run under autocast")
+            else
+              -- (same: the run with the group last, its chains counted)
+              T.ok(echoed > 0 and most <= 2, ("%s: %d segments echoed, at most %d layers run")
+                :format(what, echoed, most))
+              T.ok(most == 1 or f.freeze or f.lora,
+                what .. ": one layer run where the embedding trains")
+            end
+          end
+        end
+      end
+    end
+  end)
+  compose.chain = chain
+  if not ok then error(err, 0) end
+end
+
 -- A capture spoiled by anything but allocs and temps is not repeated: the
 -- layers are then built one by one.
 function tests.a_spoiled_capture_is_not_repeated()
