@@ -151,6 +151,40 @@ function M.moved(x, id)
   return out
 end
 
+-- Layers kept from one simulation for the next (fit --knobs simulates
+-- dozens of runs that differ only past the layers: the loss kernel, the
+-- optimizer). While M.keeping runs f, each simulator made with an
+-- identity (stdlib/step.lua new_sim: the step, a layout's pass and its
+-- role) takes part: each layer its outermost M.layers walks is kept
+-- (tape:echo_keep) under `key` (the run written out less what the layers
+-- never read), the identity and the layer's count in that simulator; a
+-- later one under the same name takes it (tape:echo_take) in place of the
+-- walk, which the tape allows only where it stands exactly as the kept
+-- one's did when the layer began (the same tensors, nodes, live and peak
+-- bytes...), and the input is the same tensor. tests/lua/test_fit.lua
+-- compares fit.knobs with and without.
+local context
+local KEPT_MAX = 4 -- layers kept under one name (tapes that stood apart)
+function M.keeping(cache, key, f, ...)
+  local before = context
+  context = { cache = cache, key = key }
+  local out = table.pack(pcall(f, ...))
+  context = before
+  if not out[1] then error(out[2], 0) end
+  return table.unpack(out, 2, out.n)
+end
+
+-- Whether M.keeping runs (a caller builds an identity only then).
+function M.is_keeping() return context ~= nil end
+
+-- The part in M.keeping of a new simulator named by identity (a string
+-- that tells it from every other simulator the same run makes), or nil.
+function M.kept(identity)
+  if context and identity then
+    return { cache = context.cache, key = context.key .. "|" .. identity, n = 0 }
+  end
+end
+
 -- one(i, x) runs layer i on x (dropping x) and returns its output; layers[i]
 -- holds layer i's parameters.
 --
@@ -178,11 +212,34 @@ function M.layers(S, layers, n, one, x, label)
   local echo = not S.autocast and G and G.count >= skip + n * per
     and (per > 1 or G.count == n + skip)
   local span = G and per * G.stride -- a unit's parameter ids
+  local K = echo and S.kept and not S.keeping and S.kept -- outermost layers only
   local function run(i, input)
+    local list
+    if K then
+      K.n = K.n + 1
+      local slot = K.key .. "#" .. K.n .. label
+      list = K.cache[slot] or {}
+      K.cache[slot] = list
+      for _, k in ipairs(list) do -- (where the tape stood for each: a few at most)
+        if k.input.id == input.id and alike(k.input, input) and tape:echo_take(k.echo) then
+          local out = M.moved(k.output, tape:echo_replay({ input.id, input.id }, 0, 0, 0,
+            k.output.id))
+          echo = { layer = i, input = input, output = out }
+          return out
+        end
+      end
+      S.keeping = true -- layers composed inside this one are neither counted nor kept
+    end
     if echo then tape:echo() end
     local out = one(i, input)
+    S.keeping = nil
     if echo then
       echo = tape:echo_end() and { layer = i, input = input, output = out }
+      local kept = echo and list and #list < KEPT_MAX and tape:echo_keep()
+      if kept then
+        list[#list + 1] = { echo = kept, input = M.moved(input, input.id),
+          output = M.moved(out, out.id) }
+      end
     end
     return out
   end

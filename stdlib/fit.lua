@@ -5,6 +5,8 @@ local swap = require("stdlib.swap_optimizer")
 local frameworks = require("stdlib.frameworks")
 local errors = require("stdlib.errors")
 local par = require("stdlib.parallel")
+local compose = require("stdlib.compose")
+local loss = require("stdlib.loss")
 
 local M = {}
 
@@ -269,6 +271,12 @@ function M.apply(run, levers)
 end
 
 local OPTIMIZER = { optimizer = true }
+-- What a model's layers never read: the loss (stdlib/loss.lua) and the
+-- optimizer (its states and step come before and after them). Runs that
+-- differ only there walk their layers alike, where the tape stands alike
+-- (stdlib/compose.lua M.keeping checks that).
+local TRUNK_SKIP = { optimizer = true }
+for k in pairs(loss.FIELDS) do TRUNK_SKIP[k] = true end
 
 -- A lever must save at least this share of what the run needs without it:
 -- below 1 % a budget cannot tell it from nothing.
@@ -300,19 +308,33 @@ function M.knobs(run, budget, depth)
   -- rank runs the forward and backward another one ran replays them
   -- (parallel.lua M.search)
   local memo, by_run, search, steps, states = {}, {}, par.search(run, nil, true), {}, {}
+  local kept = {} -- layers kept from one simulation for the next (compose.keeping)
   -- key: the run's key (the body's too when no lever touched the optimizer)
   local function one_gpu(r, touched, key)
     local body = touched.optimizer and runs.key(r, run, OPTIMIZER, touched) or key
     local st = steps[body] and swap.price(steps[body], r, states)
     if st then return frameworks.need(frameworks.of(r), st.peak_reserved), st end
     local rec = swap.recorder()
-    local need, st = M.need(r, nil, rec)
+    -- layers walked as in a run that differed only in its loss or optimizer
+    -- (stdlib/compose.lua M.keeping)
+    local need, st = compose.keeping(kept, runs.key(r, run, TRUNK_SKIP, touched), M.need, r,
+      nil, rec)
     if swap.ready(rec) then steps[body] = steps[body] or rec end
     return need, st
   end
-  local function priced(r, touched, key)
-    if r.parallel then return M.need(r, search) end
+  local function priced(r, touched, key, kr)
+    if r.parallel then
+      return compose.keeping(kept, runs.key(kr, run, TRUNK_SKIP, touched), M.need, r, search)
+    end
     return one_gpu(r, touched, key)
+  end
+  -- the levers that edit the optimizer and nothing else
+  local optimizer_bits = 0
+  for k, m in ipairs(items) do
+    local r, touched = apply(run, { m })
+    if r and touched.optimizer and next(touched, next(touched)) == nil then
+      optimizer_bits = optimizer_bits | (1 << (k - 1))
+    end
   end
   local function need_of(mask)
     if not memo[mask] then
@@ -326,12 +348,18 @@ function M.knobs(run, budget, depth)
         local kr = r.parallel and setmetatable({ parallel = r.parallel._spec or r.parallel },
           { __index = r })
         local key = runs.key(kr or r, run, r.parallel and par.device_ignores(r.parallel), touched)
+        if not by_run[key] and not r.parallel and touched.optimizer then
+          -- the run without its optimizer levers first (a combination
+          -- consider() asks for anyway): its step prices this one
+          local body = mask & ~optimizer_bits
+          if body ~= mask then need_of(body) end
+        end
         if not by_run[key] then
           -- a lever the model refuses (a fused loss under autocast or on a
           -- VLM's head) makes no run; the run as given is never refused here
           local ok, need, st
-          if mask == 0 then ok, need, st = true, priced(r, touched, key)
-          else ok, need, st = pcall(priced, r, touched, key) end
+          if mask == 0 then ok, need, st = true, priced(r, touched, key, kr)
+          else ok, need, st = pcall(priced, r, touched, key, kr) end
           if not ok and type(need) ~= "table" then error(need, 0) end -- a bug, not a refusal
           by_run[key] = ok and { need = need, st = st } or { invalid = true }
         end

@@ -2,6 +2,13 @@
 local L = {}
 local layers = require("stdlib.layers")
 
+-- The run's fields that say which loss it computes (stdlib/spec.lua
+-- read_loss sets them): read by the loss alone, after the model's layers,
+-- so runs differing only in them walk the same layers (fit --knobs keeps
+-- those, stdlib/compose.lua M.keeping).
+L.FIELDS = { loss = true, loss_chunk = true, loss_chunk_tokens = true, loss_upcast = true,
+  loss_num_items = true, loss_where = true }
+
 -- logits: (batch * seq, vocab) in the model dtype. Returns the scalar loss
 -- tensor. o (L.logits_options): { batch, seq, impl = "cross_entropy" |
 -- "one_hot" (seed 000's log_softmax * one_hot), upcast, count }.

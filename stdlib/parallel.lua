@@ -18,6 +18,8 @@ local vram = require("vram")
 local errors = require("stdlib.errors")
 local cfgutil = require("stdlib.config")
 local step = require("stdlib.step")
+local compose = require("stdlib.compose")
+local run_key = require("stdlib.run").key
 local spans = require("stdlib.spans") -- a step's peaks from measured spans (lean searches)
 local optim = require("stdlib.optim")
 local report = require("stdlib.report")
@@ -512,6 +514,17 @@ function Replay:measured(f) -- on the tape itself (the optimizer step), measured
   self:window(spans.delta(self.tape, c0))
 end
 
+-- What tells a pass from the other passes a run's layout makes (its role,
+-- the block it holds, the chunk it runs, whether it stops early or
+-- replays a record): its name for layers kept across the runs of a search
+-- (stdlib/compose.lua M.kept).
+local NOTHING = {}
+local function pass_identity(role, held, mid, cutoff, lean)
+  return table.concat({ run_key(role, NOTHING), math.type(held) and tostring(held) or type(held),
+    tostring(mid), tostring(cutoff ~= nil), lean and (lean.rec and "replays" or "records") or "" },
+    "|")
+end
+
 -- One pass of the role's step on a fresh simulator. held: bytes one
 -- micro-batch's forward leaves held, or a function giving them, asked only
 -- once the step is not cut off (nil on the measuring pass). cutoff
@@ -525,7 +538,8 @@ end
 -- a pass with the same forward and backward (simulate's key) } to replay,
 -- or { } to run and record (lean.made, once the pass is complete).
 local function pass(family, run, L, role, held, mid, cutoff, lean)
-  local S = step.new_sim(run)
+  local S = step.new_sim(run, compose.is_keeping() and pass_identity(role, held, mid, cutoff,
+    lean) or nil)
   if run.timeline and held then S.tape:timeline(true) end -- the step's pass, drawn
   if L.sp then
     -- row-parallel outputs and the embedding are reduce-scattered over tp;
@@ -931,7 +945,6 @@ function M.search(base, limit, lean)
   return { base = base, held = {}, limit = limit, lean = lean, replays = {} }
 end
 
-local run_key = require("stdlib.run").key
 
 -- What the measuring pass reads, as a string: the rank's run but its
 -- master_dtype (read only by the states, never before the forward ends)

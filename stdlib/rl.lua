@@ -43,7 +43,7 @@ end
 -- the update (not under a jitted framework, a timeline or a probe).
 function M.simulate(family, run, rec)
   local rl = run.rl or {}
-  local S = step.new_sim(run)
+  local S = step.new_sim(run, "rl")
   local params = S.params
   local pol, check = step.policies(run)
   local P = family.build(S, run, pol)

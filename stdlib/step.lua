@@ -8,6 +8,7 @@ local loss = require("stdlib.loss")
 local errors = require("stdlib.errors")
 local frameworks = require("stdlib.frameworks")
 local xla = require("stdlib.xla")
+local compose = require("stdlib.compose")
 
 local M = {}
 
@@ -159,7 +160,9 @@ M.trainable = trainable_params
 -- forward_loss / forward_logits / generate functions.
 
 -- A simulator with the run's allocator profile (stdlib/frameworks/).
-function M.new_sim(run)
+-- identity (optional): what tells this simulator from the others the run
+-- makes, for layers kept across simulations (stdlib/compose.lua M.kept).
+function M.new_sim(run, identity)
   local alloc = frameworks.of(run).allocator
   local S = Sim.new({ round = alloc and alloc.round })
   -- CPU kernels' own buffers follow the run's framework, also in a
@@ -171,6 +174,8 @@ function M.new_sim(run)
   -- probe; a timeline then gets the composed events copied (timeline_repeat)
   S.composable = (run.compose == nil or run.compose == true) and not run.trace
   S.timeline = run.timeline and true or nil
+  -- layers kept from an earlier simulation of a search (stdlib/compose.lua)
+  S.kept = S.composable and not S.timeline and compose.kept(identity) or nil
   -- identical layers' parameters built once and repeated by the tape
   -- (Sim:build_layers), unless compose is off (or run.group_layers is
   -- false: tests/lua/test_compose.lua's reference, every layer built)
@@ -247,7 +252,7 @@ end
 -- a training step so that other optimizers can be priced on it (not
 -- under a jitted framework, a timeline or a compiled-estimate probe).
 function M.simulate(family, run, rec)
-  local S = M.new_sim(run)
+  local S = M.new_sim(run, "step")
   local all = S.params -- every parameter, in creation order (tied weights once)
   local pol, check = policies(run)
   local tape = S.tape

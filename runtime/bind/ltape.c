@@ -542,6 +542,38 @@ static int l_echo_replay(lua_State *L) {
   return nq;
 }
 
+/* t:echo_keep() -> the outermost echo that ended last, kept apart from
+ * the tape (an opaque vram.echo), or nil when there is none to keep
+ * (tape.h vr_tape_echo_keep) */
+#define ECHO "vram.echo"
+static int l_echo_keep(lua_State *L) {
+  ltape *u = box(L);
+  size_t need = 0, got = 0;
+  vr_status st = vr_tape_echo_keep(tape(L, u), NULL, 0, &need);
+  if (st) return fail(L, "echo_keep", st);
+  if (need == 0) return 0;
+  void *buf = lua_newuserdatauv(L, need, 0); /* may collect: the tape is looked up again */
+  st = vr_tape_echo_keep(tape(L, u), buf, need, &got);
+  if (st) return fail(L, "echo_keep", st);
+  if (got != need) return luaL_error(L, "tape:echo_keep: the tape changed while it was kept");
+  luaL_setmetatable(L, ECHO);
+  return 1;
+}
+
+/* t:echo_take(kept) -> whether the kept echo (t:echo_keep on this or
+ * another tape) is now ready to replay: only where this tape stands as the
+ * kept one's did when the echo began (tape.h vr_tape_echo_take) */
+static int l_echo_take(lua_State *L) {
+  ltape *u = box(L);
+  const void *buf = luaL_checkudata(L, 2, ECHO);
+  size_t size = lua_rawlen(L, 2);
+  bool ok = false;
+  vr_status st = vr_tape_echo_take(tape(L, u), buf, size, &ok);
+  if (st) return fail(L, "echo_take", st);
+  lua_pushboolean(L, ok);
+  return 1;
+}
+
 static int l_ckpt_begin(lua_State *L) {
   vr_status st = vr_tape_ckpt_begin(check(L));
   return st ? fail(L, "ckpt_begin", st) : 0;
@@ -969,7 +1001,8 @@ static const luaL_Reg methods[] = {
     {"timeline_collect", l_timeline_collect}, {"capture", l_capture},
     {"capture_end", l_capture_end}, {"capture_repeat", l_capture_repeat},
     {"node_of", l_node_of}, {"drop_of", l_drop_of}, {"echo", l_echo},
-    {"echo_end", l_echo_end}, {"echo_replay", l_echo_replay},
+    {"echo_end", l_echo_end}, {"echo_replay", l_echo_replay}, {"echo_keep", l_echo_keep},
+    {"echo_take", l_echo_take},
     {"live_by_category", l_live_by_category}, {"window", l_window},
     {"window_peaks", l_window_peaks},
     {NULL, NULL}};
@@ -993,6 +1026,10 @@ void vb_open_tape(lua_State *L) {
   for (int i = 0; i < VR_NCAT; i++) lua_pushstring(L, vr_cat_name(i));
   luaL_setfuncs(L, methods, UP_N);
   lua_setfield(L, -2, "__index");
+  lua_pushliteral(L, "locked");
+  lua_setfield(L, -2, "__metatable");
+  lua_pop(L, 1);
+  luaL_newmetatable(L, ECHO); /* a kept echo: opaque, its metatable locked */
   lua_pushliteral(L, "locked");
   lua_setfield(L, -2, "__metatable");
   lua_pop(L, 1);

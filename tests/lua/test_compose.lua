@@ -451,6 +451,70 @@ function tests.an_echo_spans_a_checkpointed_segment()
   T.eq(tape:echo_end(), false, "an open segment spoils it")
 end
 
+-- An echo kept apart from its tape (tape:echo_keep) is taken by another
+-- tape only where that one stands as the first stood when the echo began;
+-- replayed there, it leaves that tape as walking the layer would have:
+-- the same live, reserved and peak bytes, op at peak, labels and gradients.
+function tests.a_kept_echo_replays_on_a_tape_that_stands_alike()
+  local function prefix(tape, extra, mask)
+    tape:rounding(512, 1 << 20, 2 << 20)
+    local w = tape:param(4096, "weights", "w")
+    tape:alloc(mask or 8, "activations", "mask")
+    if extra then tape:alloc(extra, "activations", "extra") end
+    return w, tape:alloc(1000, "activations", "x")
+  end
+  local function layer(tape, x, w)
+    tape:ckpt_begin()
+    local h = tape:alloc(3000, "activations", "layer.h")
+    tape:node({ x, w }, { x, 1000, w, 4096 }, { h }, 64, "layer.mm")
+    local y = tape:alloc(1000, "activations", "layer.y")
+    tape:node({ h }, { h, 3000 }, { y }, 0, "layer.act")
+    tape:temp(5000, "temporaries", "layer.scratch")
+    tape:drop(h)
+    tape:ckpt_end({ x, w }, { y }, "checkpoint")
+    tape:drop(x)
+    return y
+  end
+  local function finish(tape, y, w)
+    local l = tape:alloc(4, "activations", "loss")
+    tape:node({ y }, { y, 1000 }, { l }, 0, "loss")
+    tape:backward(l)
+    local st = tape:stats()
+    return { peak = st.peak, reserved = st.peak_reserved, op = st.peak_op,
+      at = st.at_peak, live = tape:live(), grad = tape:grad(w) ~= nil }
+  end
+  local a = vram.tape()
+  local wa, xa = prefix(a)
+  a:echo()
+  local ya = layer(a, xa, wa)
+  T.eq(a:echo_end(), true, "the layer echoes")
+  local kept = a:echo_keep()
+  T.eq(type(kept), "userdata", "and is kept")
+  T.eq(getmetatable(kept), "locked", "opaque, its metatable locked")
+  local walked = finish(a, ya, wa)
+  local b = vram.tape()
+  local wb, xb = prefix(b)
+  T.eq(b:echo_take(kept), true, "a tape that stands alike takes it")
+  local yb = b:echo_replay({ xb, xb }, 0, 0, 0, ya)
+  T.eq(yb, ya, "the layer's output is the walk's tensor")
+  T.eq(finish(b, yb, wb), walked, "replayed as walked")
+  local c = vram.tape()
+  prefix(c, 8)
+  T.eq(c:echo_take(kept), false, "a tape that stands elsewhere does not")
+  T.raises(function() c:echo_replay({}, 0, 0, 0, 0) end, "composed layers", "nothing to replay")
+  local e = vram.tape()
+  prefix(e, nil, 16)
+  T.eq(e:echo_take(kept), false, "nor one with other live bytes, the same tensors")
+  local d = vram.tape()
+  d:echo()
+  d:alloc(8, "activations")
+  d:echo()
+  d:alloc(8, "activations")
+  T.eq(d:echo_end(), true, "an inner echo")
+  T.eq(d:echo_keep(), nil, "is not kept")
+  T.raises(function() a:echo_take({}) end, "vram.echo expected", "a kept echo only")
+end
+
 -- tape:node_of and tape:drop_of read the tensors themselves (Sim:node,
 -- Sim:drop): edges without rg are left out, a node without any is not
 -- recorded, bytes default to the tensor's, and bad lists are argument

@@ -4,6 +4,7 @@
 local vram = require("vram")
 local spec = require("stdlib.spec")
 local fit = require("stdlib.fit")
+local compose = require("stdlib.compose")
 
 local root = vram.share_dir
 local tests = {}
@@ -187,6 +188,41 @@ end
 
 -- The data-parallel levers (issue 17): what a layout written out by hand
 -- needs, estimated on its own, is what the advice says the lever needs.
+-- Layers kept from one simulation of the search for the next
+-- (stdlib/compose.lua M.keeping) change no figure: every combination's
+-- need and categories at the peak, with and without, on one GPU and under
+-- layouts, dense, MoE and a VLM, checkpointed or not.
+function tests.layers_kept_across_the_search_change_no_figure()
+  local function all(run)
+    local list, base, levers = fit.knobs(run, BIG, 2)
+    local out = { base = base, levers = #levers }
+    for _, e in ipairs(list) do out[e.knobs] = { need = e.need, at = e.at_peak } end
+    return out
+  end
+  local cases = {
+    { "dense, every layer checkpointed", run_of({ grad_checkpointing = "full" }) },
+    { "dense, eager attention, LoRA", run_of({ attention = "eager",
+      lora = { rank = 8, targets = { "q_proj", "v_proj" } } }) },
+    { "dense under dp 2", run_of({}, { dp = 2 }) },
+    { "dense under tp 2 pp 2", run_of({ batch = 2 }, { tp = 2, pp = 2 }) },
+  }
+  local moe = spec.normalize({ model = { preset = "qwen3_30b_a3b",
+    overrides = { num_hidden_layers = 5 } }, run = { mode = "train", batch = 2, seq = 64,
+    precision = { params = "bf16" }, optimizer = { name = "adamw" } } },
+    root .. "/tests/lua/spec.yaml", require("models.registry"))
+  cases[#cases + 1] = { "MoE", moe }
+  for _, c in ipairs(cases) do
+    local kept = all(c[2])
+    local keep = compose.keeping
+    compose.keeping = function(_, _, f, ...) return f(...) end -- every layer walked
+    local ok, walked = pcall(all, c[2])
+    compose.keeping = keep
+    if not ok then error(walked, 0) end
+    T.ok(next(walked) ~= nil, c[1] .. ": combinations")
+    T.eq(kept, walked, c[1])
+  end
+end
+
 local function by_knobs(list)
   local t = {}
   for _, e in ipairs(list) do t[e.knobs] = e end
