@@ -164,7 +164,10 @@ function F.forward_stage(S, P, run, recv)
     out = F.forward_loss(S, P, run)
   else
     local x = decoder.embed(S, P, run.batch * run.seq)
-    out = decoder.forward(S, P, x, run)
+    -- the run's MoE implementation, as on the last stage (without it the
+    -- decoder ran transformers' expert loop over the grouped weights); no
+    -- router logits kept: the auxiliary loss is the last stage's, as before
+    out = decoder.forward(S, P, x, decoder_run(run, P.m, false))
     S:drop(x)
   end
   P.recv = nil

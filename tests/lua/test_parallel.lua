@@ -359,6 +359,11 @@ function tests.expert_parallelism_divides_the_experts_and_keeps_their_tokens()
   end
   T.eq(held({ dp = 8, ep = 8 }, 3) - held({ dp = 8, ep = 8 }, 2),
     held({ dp = 8 }, 3) - held({ dp = 8 }, 2))
+  -- a pipeline's first stage (no head) runs the run's grouped experts as
+  -- the last does: a layer it keeps is one layer of the whole model's
+  -- rank (it ran transformers' expert loop over the grouped weights)
+  T.eq(held({ dp = 4, pp = 2 }, 6) - held({ dp = 4, pp = 2 }, 4),
+    held({ dp = 8 }, 3) - held({ dp = 8 }, 2))
   T.raises(function() normalize({ dp = 8, ep = 3 }, nil, nil, "qwen3_30b_a3b") end,
     "parallel.ep: must divide dp (8), got 3")
   T.raises(function() normalize({ dp = 8, ep = 8, fsdp = "full_shard" }, nil, nil,
