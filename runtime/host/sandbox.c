@@ -20,11 +20,101 @@
 
 /* The state's allocator, which lua_getallocf hands to C code too (the tape
  * allocates through it), so one budget and one count cover Lua and C. */
+/* Small blocks (tables, strings, closures: most of what a step allocates)
+ * come from free lists by size class, carved from 64 KiB chunks that the
+ * process keeps to its end (the state is never closed, main.c): a block
+ * costs a few instructions instead of malloc's and free's. Lua passes every
+ * block's size when it frees or resizes it, so the class is known without
+ * a header. Sanitizer builds (VRAMLUA_CLOSE_STATE) use malloc alone, so
+ * that ASan sees every block. */
+#ifndef VRAMLUA_CLOSE_STATE
+#define POOL_STEP 16
+#define POOL_MAX 256
+#define POOL_CHUNK ((size_t)64 * 1024)
+typedef struct pool_block {
+  struct pool_block *next;
+} pool_block;
+static pool_block *pool_free_list[POOL_MAX / POOL_STEP + 1];
+static char *pool_at, *pool_end;
+static void *pool_chunks; /* the chunks, each pointing to the one before */
+
+static size_t pool_class(size_t n) { return (n + POOL_STEP - 1) / POOL_STEP; }
+
+static void *pool_get(size_t n) {
+  size_t c = pool_class(n);
+  pool_block *b = pool_free_list[c];
+  if (b) {
+    pool_free_list[c] = b->next;
+    return b;
+  }
+  size_t size = c * POOL_STEP;
+  if ((size_t)(pool_end - pool_at) < size) {
+    char *chunk = (char *)malloc(POOL_CHUNK);
+    if (!chunk) return NULL;
+    *(void **)chunk = pool_chunks;
+    pool_chunks = chunk;
+    pool_at = chunk + POOL_STEP; /* the link, padded to the blocks' alignment */
+    pool_end = chunk + POOL_CHUNK;
+  }
+  void *p = pool_at;
+  pool_at += size;
+  return p;
+}
+
+static void pool_put(void *p, size_t n) {
+  pool_block *b = (pool_block *)p;
+  size_t c = pool_class(n);
+  b->next = pool_free_list[c];
+  pool_free_list[c] = b;
+}
+
+/* realloc with the pool for blocks of at most POOL_MAX bytes (old: the
+ * block's size, 0 for none). A shrink never fails (Lua relies on it). */
+static void *pooled_realloc(void *ptr, size_t old, size_t nsize) {
+  bool was = ptr && old <= POOL_MAX, small = nsize <= POOL_MAX;
+  if (!was && !small) return realloc(ptr, nsize);
+  if (was && small && pool_class(old) == pool_class(nsize)) return ptr;
+  void *p = small ? pool_get(nsize) : malloc(nsize);
+  if (!p) return nsize <= old ? ptr : NULL; /* a shrink keeps its block */
+  if (ptr) {
+    memcpy(p, ptr, old < nsize ? old : nsize);
+    if (was) pool_put(ptr, old);
+    else free(ptr);
+  }
+  return p;
+}
+
+static void pooled_free(void *ptr, size_t old) {
+  if (ptr && old <= POOL_MAX) pool_put(ptr, old);
+  else free(ptr);
+}
+#else
+/* The pool relies on every caller passing a block's exact size: ASan's
+ * malloc_usable_size is the size asked for, so sanitizer builds check it
+ * at every free and resize (the whole suite runs under them). */
+#include <malloc.h>
+static void check_size(void *ptr, size_t old) {
+  if (ptr && malloc_usable_size(ptr) != old) {
+    fprintf(stderr, "vramlua: a block of %zu bytes freed or resized as %zu bytes\n",
+            malloc_usable_size(ptr), old);
+    abort();
+  }
+}
+static void *pooled_realloc(void *ptr, size_t old, size_t nsize) {
+  check_size(ptr, old);
+  return realloc(ptr, nsize);
+}
+static void pooled_free(void *ptr, size_t old) {
+  check_size(ptr, old);
+  free(ptr);
+}
+#endif
+
 static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   vh_limits *lim = (vh_limits *)ud;
   size_t old = ptr ? osize : 0;
   if (nsize == 0) {
-    free(ptr);
+    pooled_free(ptr, old);
     lim->used_memory -= (int64_t)old;
     return NULL;
   }
@@ -34,7 +124,7 @@ static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     lim->memory_refused = true;
     return NULL; /* Lua raises "not enough memory"; the host names the budget */
   }
-  void *p = realloc(ptr, nsize);
+  void *p = pooled_realloc(ptr, old, nsize);
   if (p) {
     lim->used_memory += (int64_t)nsize - (int64_t)old;
     if (lim->used_memory > lim->peak_memory) lim->peak_memory = lim->used_memory;
