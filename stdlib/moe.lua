@@ -35,6 +35,12 @@ local function share(f, total, experts)
   return (milli * total + 1000 * experts - 1) // (1000 * experts)
 end
 
+-- The most assignments an expert takes (capacity_factor: its share of
+-- rows * top_k over E, rounded up), nil without a capacity.
+function M.capacity(rows, top_k, experts, capacity_factor)
+  return capacity_factor and share(capacity_factor, rows * top_k, experts) or nil
+end
+
 -- Assignments per expert: a list of E counts summing to the routed rows
 -- (less what a capacity drops). imbalance (>= 1, optional): the busiest
 -- expert (the first) gets that many times the balanced share,
@@ -42,7 +48,7 @@ end
 -- expert once); the others share the rest as evenly as the integers allow.
 function M.tokens_per_expert(rows, top_k, experts, capacity_factor, imbalance)
   local total = rows * top_k
-  local cap = capacity_factor and share(capacity_factor, total, experts) or nil
+  local cap = M.capacity(rows, top_k, experts, capacity_factor)
   local counts = {}
   local first, rest, others = nil, total, experts
   if imbalance and imbalance > 1 and experts > 1 then
@@ -403,7 +409,7 @@ local function grouped(S, x, B, w, rows, label)
   local o = B.o
   local H, I, k = B.hidden, o.inter, o.top_k
   local ep = o.ep or 1
-  local _, cap = M.tokens_per_expert(rows * ep, k, o.experts, o.capacity_factor)
+  local cap = M.capacity(rows * ep, k, o.experts, o.capacity_factor) -- (not the counts)
   local n = cap and cap * (o.experts // ep) or rows * k
   local perm = S:new_tensor(2 * rows * k, "int64", label .. ".permutation", false)
   local xp = S:new_tensor(n * H, x.dt, label .. ".permuted", S:rg(x))
