@@ -8,8 +8,8 @@
 #   4. side by side with llm-analysis (tests/bench/peer/, Debian's
 #      /usr/bin/python3) on the decoder of examples/specs/qwen2_5_1_5b_full.yaml:
 #      one estimate in-process and one whole process each, as a ratio
-#   5. `vramlua estimate` on every example spec; fit --knobs, fit --gpus 8 and
-#      a 64 x 64 sweep
+#   5. `vramlua estimate` on every example spec; fit --knobs, fit --gpus 8 (also
+#      on the 128-expert MoE spec) and a 64 x 64 sweep
 # SECONDS: CPU seconds per in-process figure (default 0.5). Process times
 # are the median and the minimum wall time of RUNS runs (default 20). The
 # load average is printed first and last: on a shared machine, compare runs
@@ -112,6 +112,8 @@ PPO=examples/specs/qwen3_vl_4b_ppo.yaml
 echo "vramlua estimate $PPO (text, with its timeline): $(wall "$V" estimate "$PPO")"
 echo "vramlua fit $SPEC --gpu rtx4090 --knobs: $(wall "$V" fit "$SPEC" --gpu rtx4090 --knobs)"
 echo "vramlua fit $SPEC --gpu h100 --gpus 8: $(wall "$V" fit "$SPEC" --gpu h100 --gpus 8)"
+MOE=examples/specs/qwen3_30b_a3b_ep8_8gpu.yaml # 128 experts: the slowest layout search
+echo "vramlua fit $MOE --gpu h100 --gpus 8: $(wall "$V" fit "$MOE" --gpu h100 --gpus 8)"
 echo "vramlua sweep $SPEC, 64 batches x 64 seqs: $(wall "$V" sweep "$SPEC" --batch 1:64:1 \
   --seq 64:4096:64 --gpu h100)"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
