@@ -718,15 +718,16 @@ end
 -- each replays the events of the one before from where it left the tape,
 -- higher by what it kept -- its KV cache, nothing else (checked on layer 2,
 -- category by category). So the middle layers' peaks are all below the
--- last layer's: layers 1, 2 and n run in full, and layers 3 .. n-1 only
+-- last layer's: layers 1, 2 and n are simulated, and layers 3 .. n-1 only
 -- make their caches as layer 2 did, out of the timeline, which gets layer
 -- 2's events once for each of them instead (tests/lua/test_fastpath.lua
 -- compares). A layer may also keep less than it found (the first decode
 -- step after an MLA prefill: a view holding kv_b_proj's output gives way
 -- to a cache of its elements): then each layer's peak is below the one
 -- before's, layer 2's the highest, and the middle layers are skipped the
--- same way. Returns the last layer's output; runs every layer when layer
--- 2 kept anything else.
+-- same way. Of layers 1, 2 and n one runs: the others replay its echo
+-- where their input and cache entry are alike to its own. Returns the
+-- last layer's output; runs every layer when layer 2 kept anything else.
 -- ls, n, off (optional): the stack is ls[1 .. n], the model's layers off +
 -- 1 .. off + n (a uniform tail, D.uniform_tail); else P.layers, all of them.
 function D.grad_free_layers(S, P, h, ctx, ls, n, off)
@@ -743,17 +744,58 @@ function D.grad_free_layers(S, P, h, ctx, ls, n, off)
     S:drop(h)
     h = out
   end
-  run_layer(1)
-  local old = cache and cache[2] and { k = cache[2].k, v = cache[2].v } -- decode replaces it
-  local before = tape:live_by_category()
-  local first = S.timeline and tape:timeline_len() + 1
-  -- layer 2 echoed for layer n (stdlib/compose.lua M.layers says when)
+  -- layer i's cache entry as it stands (decode replaces its k and v)
+  local function entry(i)
+    local c = cache and cache[i]
+    return c and { k = c.k, v = c.v }
+  end
+  -- layers 1 and 2 echoed (stdlib/compose.lua M.layers says when): e =
+  -- {copy, input, output, old and new cache entry}, nil when spoiled
   local mt = getmetatable(ls)
   local G = mt and mt.group
-  local echo, input = G and G.count == n and not S.autocast, h
-  if echo then tape:echo() end
-  run_layer(2)
-  if echo then echo = tape:echo_end() end
+  local echo = G and G.count == n and not S.autocast
+  local function run_echoed(i)
+    local e = { copy = i - 1, input = h, old = entry(i) }
+    tape:echo()
+    run_layer(i)
+    if not tape:echo_end() then return nil end
+    e.output, e.new = h, entry(i)
+    return e
+  end
+  -- layer i replays echo e on h, its cache in place of e's (alike: the
+  -- same sizes) and its parameters layer i's; false when h or the cache
+  -- is not alike to e's
+  local function replay(e, i)
+    local old, c, new = e.old, cache and cache[i], e.new
+    if not compose.alike(e.input, h) or not (old and c and compose.alike(old.k, c.k)
+      and compose.alike(old.v, c.v) or not old and not c) then
+      return false
+    end
+    local ids = { e.input.id, h.id }
+    if old then
+      ids[3], ids[4], ids[5], ids[6] = old.k.id, c.k.id, old.v.id, c.v.id
+    end
+    local lo = G.first + e.copy * G.stride
+    local out, k, v = tape:echo_replay(ids, lo, lo + G.stride, (i - 1 - e.copy) * G.stride,
+      { e.output.id, new and new.k.id or e.output.id, new and new.v.id or e.output.id })
+    if new then
+      c = c or {}
+      cache[i] = c
+      c.k, c.v = compose.moved(new.k, k), compose.moved(new.v, v)
+    end
+    h = compose.moved(e.output, out)
+    return true
+  end
+  local e = echo and run_echoed(1)
+  if not echo then run_layer(1) end
+  local old = entry(2)
+  local before = tape:live_by_category()
+  local first = S.timeline and tape:timeline_len() + 1
+  -- layer 2 replays layer 1 where alike (the embeddings' output is), else
+  -- runs echoed itself
+  if not (e and replay(e, 2)) then
+    if echo then e = run_echoed(2) else run_layer(2) end
+  end
   local after = tape:live_by_category()
   local last = S.timeline and tape:timeline_len()
   local new = cache and cache[2]
@@ -793,26 +835,8 @@ function D.grad_free_layers(S, P, h, ctx, ls, n, off)
     tape:timeline(true)
     tape:timeline_repeat(first, last, n - 3)
   end
-  -- layer n replays layer 2 on layer 2's output, its cache in place of
-  -- layer 2's (alike: the same sizes) and its parameters layer n's
-  local c = cache and cache[n]
-  if echo and (old and c and compose.alike(old.k, c.k) and compose.alike(old.v, c.v)
-    or not old and not c) then
-    local ids = { input.id, h.id }
-    if old then
-      ids[3], ids[4], ids[5], ids[6] = old.k.id, c.k.id, old.v.id, c.v.id
-    end
-    local lo = G.first + G.stride
-    local out, k, v = tape:echo_replay(ids, lo, lo + G.stride, (n - 2) * G.stride,
-      { h.id, new and new.k.id or h.id, new and new.v.id or h.id })
-    if new then
-      c = c or {}
-      cache[n] = c
-      c.k, c.v = compose.moved(new.k, k), compose.moved(new.v, v)
-    end
-    return compose.moved(h, out)
-  end
-  run_layer(n)
+  -- layer n replays the echo on layer 2's output
+  if not (e and replay(e, n)) then run_layer(n) end
   return h
 end
 

@@ -272,7 +272,7 @@ function V.forward(S, P, pixels, o)
   if compose.enabled(S, m.layers, { compose = not S.autocast and compose_ok }) then
     x = compose.layers(S, P.layers, m.layers, one, x, "vision.layers.composed")
   elseif compose_ok ~= false and not kept then -- grad-free, when the layers keep nothing
-    x = compose.grad_free(S, m.layers, one, x)
+    x = compose.grad_free(S, m.layers, one, x, P.layers)
   else
     for i = 1, m.layers do x = one(i, x) end
   end

@@ -55,17 +55,24 @@ end
 -- them, layers 3 .. n-1 would replay its events from the same state and
 -- reach no higher peak (the tape keeps the first): they are skipped, a
 -- timeline getting layer 2's events once for each, and layer n runs on
--- layer 2's output. Otherwise every layer runs.
-function M.grad_free(S, n, one, x)
+-- layer 2's output. Otherwise every layer runs. layers (optional): the
+-- stack, built as one group (Sim:build_layers): then, but under autocast
+-- (its casts are Lua state), layer 1 is echoed and replayed for layer 2
+-- and layer n where their input is alike to its own (M.echoed).
+function M.grad_free(S, n, one, x, layers)
   local tape = S.tape
   if S.grad or not S.composable or n < 4 then
     for i = 1, n do x = one(i, x) end
     return x
   end
-  x = one(1, x)
+  local mt = layers and getmetatable(layers)
+  local G = mt and mt.group
+  if not G or G.count ~= n or S.autocast then G = nil end
+  local e
+  if G then x, e = M.echoed(S, G, nil, 0, one, 1, x) else x = one(1, x) end
   local before = tape:live_by_category()
   local first = S.timeline and tape:timeline_len() + 1
-  x = one(2, x)
+  if e then x, e = M.echoed(S, G, e, 1, one, 2, x) else x = one(2, x) end
   local same = true
   for cat, b in pairs(tape:live_by_category()) do same = same and before[cat] == b end
   if not same then
@@ -73,6 +80,7 @@ function M.grad_free(S, n, one, x)
     return x
   end
   if first then tape:timeline_repeat(first, tape:timeline_len(), n - 3) end
+  if e then return (M.echoed(S, G, e, n - 1, one, n, x)) end
   return one(n, x)
 end
 
@@ -271,28 +279,39 @@ function M.layers(S, layers, n, one, x, label)
   return x
 end
 
+-- Layer i of a stack built as one group G (Sim:build_layers), its copy
+-- `copy`, on x: the echo e ({copy, input, output} of the layer the tape
+-- echoed last) replayed when x is alike to e's input -- what the same Lua
+-- code does on an alike input, its parameters the copy's (as M.layers
+-- replays) -- else one(i, x) run under a new echo. Returns the output and
+-- the echo now ready to replay, nil when the run spoiled it.
+function M.echoed(S, G, e, copy, one, i, x)
+  local tape = S.tape
+  if e and alike(e.input, x) then
+    local lo = G.first + e.copy * G.stride
+    return M.moved(e.output, tape:echo_replay({ e.input.id, x.id }, lo, lo + G.stride,
+      (copy - e.copy) * G.stride, e.output.id)), e
+  end
+  tape:echo()
+  local out = one(i, x)
+  return out, tape:echo_end() and { copy = copy, input = x, output = out } or nil
+end
+
 -- Layers run one after another inside one checkpointed segment
 -- (models/decoder.lua's walk), the k-th (k = 1 .. n) copy c0 + k - 1 of
 -- group G (Sim:build_layers): one(k, x) runs it on x and returns its
 -- output. x is the first's input, kept; each later input is dropped after
--- its layer. A layer is echoed (tape:echo) and replayed for each next one
--- whose input is alike to its own, as M.layers does (its parameters the
--- next copy's), so that a segment walks one layer, or two where the first
--- reads the embedding's view; with G nil, or an echo spoiled, every layer
--- runs. The caller sees that nothing outside the tape changes with the
--- layer (autocast's casts, a KV cache). Returns the last output.
+-- its layer. Each layer replays the echo of one before it whose input was
+-- alike (M.echoed), so that a segment runs one layer, or two where the
+-- first reads the embedding's view; with G nil, or an echo spoiled, every
+-- layer runs. The caller sees that nothing outside the tape changes with
+-- the layer (autocast's casts, a KV cache). Returns the last output.
 function M.chain(S, G, c0, n, one, x)
-  local tape, e = S.tape, nil
+  local e
   for k = 1, n do
     local out
-    if e and alike(e.input, x) then
-      local lo = G.first + e.copy * G.stride
-      out = M.moved(e.output, tape:echo_replay({ e.input.id, x.id }, lo, lo + G.stride,
-        (c0 + k - 1 - e.copy) * G.stride, e.output.id))
-    elseif G then
-      tape:echo()
-      out = one(k, x)
-      e = tape:echo_end() and { copy = c0 + k - 1, input = x, output = out }
+    if G then
+      out, e = M.echoed(S, G, e, c0 + k - 1, one, k, x)
       if not e then G = nil end
     else
       out = one(k, x)

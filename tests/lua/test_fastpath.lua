@@ -186,6 +186,64 @@ local function counting(mod, name, body)
   if not ok then error(err, 0) end
 end
 
+-- Identical grad-free layers run one layer a stack: layer 1 is echoed and
+-- replayed for layer 2 and layer n where their inputs (and KV cache
+-- entries) are alike to its own (models/decoder.lua grad_free_layers; a
+-- vision tower's, stdlib/compose.lua grad_free), at prefill, decode and an
+-- RL update's log-probs: every layer's answer and timeline, and one
+-- attention per stack. Not under autocast (its weight casts are Lua
+-- state): there each layer's casts outlive it in the cache, so every layer
+-- runs.
+function tests.grad_free_stacks_run_one_layer()
+  local compose, decoder, layers = require("stdlib.compose"), require("models.decoder"),
+    require("stdlib.layers")
+  local attention, ran = layers.eager_attention, 0
+  layers.eager_attention = function(...) ran = ran + 1 return attention(...) end
+  local most, stacks = 0, 0
+  local function watch(mod, name)
+    local f = mod[name]
+    mod[name] = function(S, ...)
+      local before = ran
+      local out = f(S, ...)
+      if S.composable then -- (compose = false walks through compose.grad_free)
+        most, stacks = math.max(most, ran - before), stacks + 1
+      end
+      return out
+    end
+    return function() mod[name] = f end
+  end
+  local undo1, undo2 = watch(decoder, "grad_free_layers"), watch(compose, "grad_free")
+  local img = { count = 1, width = 256, height = 192 }
+  local ds = { num_hidden_layers = 7, first_k_dense_replace = 2, n_routed_experts = 8,
+    num_experts_per_tok = 2, n_group = 1, topk_group = 1 }
+  local ok, err = pcall(function()
+    for k, c in ipairs({
+      { "qwen2_5_1_5b_instruct", { mode = "inference" } },
+      { "qwen2_5_1_5b_instruct", { mode = "generate", generate_tokens = 5, attention = "eager" } },
+      { "qwen2_5_1_5b_instruct", { mode = "generate", generate_tokens = 3, batch = 3,
+        lora = { rank = 4 } } },
+      { "qwen2_5_1_5b_instruct", { mode = "ppo", seq = 8, rl = { new_tokens = 3, minibatch = 1,
+        reference = true, value = true }, attention = "eager" } },
+      { "qwen3_30b_a3b", { mode = "generate", seq = 8, generate_tokens = 4 } },
+      { "deepseek_v3", { mode = "generate", seq = 8, generate_tokens = 3 }, ds },
+      { "qwen3_vl_4b_instruct", { mode = "inference", seq = 12, images = img } },
+      { "qwen3_vl_4b_instruct", { mode = "generate", seq = 12, images = img,
+        generate_tokens = 3 } },
+      { "qwen2_5_1_5b_instruct", { mode = "inference", precision = { master = "fp32",
+        compute = "bf16" } }, nil, 6 } }) do
+      local what = ("%s, case %d"):format(c[1], k)
+      most, stacks = 0, 0
+      same(c[1], c[3] or { num_hidden_layers = 6 }, c[2], what)
+      T.ok(stacks > 0, what .. ": grad-free stacks composed")
+      T.eq(most, c[4] or 1, what .. ": layers run in a stack, at most")
+    end
+  end)
+  undo1()
+  undo2()
+  layers.eager_attention = attention
+  if not ok then error(err, 0) end
+end
+
 -- A stack whose first layers differ (DeepSeek-V3's first_k_dense_replace
 -- dense layers, Qwen3-MoE's mlp_only_layers) walks those and composes the
 -- uniform MoE tail after them (models/decoder.lua D.uniform_tail), trained
