@@ -1244,7 +1244,15 @@ end
 function M.fit(run, gpus, budget, where)
   local fits, search = {}, M.search(run, budget, true) -- reads needs, counts and host bytes
   local all = M.layouts(run, gpus)
-  for _, t in ipairs(all) do
+  -- priced last first: of the layouts that differ only in how the
+  -- data-parallel ranks keep the states (ZeRO 0-3, FSDP: listed from the
+  -- least sharded), the more sharded fit more often, and a pass that
+  -- completes is recorded for the others' forward and backward (M.search),
+  -- where one cut off midway (too large) records nothing. Listed in
+  -- M.layouts' order all the same (the sort below keeps ties as they come).
+  local priced = {}
+  for i = #all, 1, -1 do
+    local t = all[i]
     local r = with(run, {}) -- shallow: nothing a budget calls edits a run
     r.parallel = M.check(M.read(t, where, r), r, where)
     local b = M.budget(r, nil, search) -- nil: needs more than the budget
@@ -1253,10 +1261,11 @@ function M.fit(run, gpus, budget, where)
       for _, e in ipairs(b.per_rank) do params = math.max(params, e.param_count) end
       -- 1F1B's idle share: (p - 1) / (m + p - 1) (v chunks divide p - 1 by v)
       local bubble = (t.pp - 1) / (t.microbatches + t.pp - 1)
-      fits[#fits + 1] = { layout = t, need = b.device_total_bytes, bubble = bubble,
+      priced[i] = { layout = t, need = b.device_total_bytes, bubble = bubble,
         comm = M.comm_bytes(r, r.parallel, params), host = b.host_bytes }
     end
   end
+  for i = 1, #all do fits[#fits + 1] = priced[i] end
   table.sort(fits, function(a, b)
     if a.comm ~= b.comm then return a.comm < b.comm end
     return a.need < b.need
