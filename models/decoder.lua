@@ -866,7 +866,17 @@ function D.composed_layers(S, P, h, ctx, run, ls, n, off)
     S:drop(x)
     return out
   end
-  return compose.layers(S, ls, n, one, h, "layers.composed")
+  return compose.layers(S, ls, n, one, h, "layers.composed", D.externals(ctx))
+end
+
+-- The tensors a layer reads besides its input and parameters (layers kept
+-- across simulations map them, stdlib/compose.lua).
+function D.externals(ctx)
+  local out = {}
+  for _, k in ipairs({ "mask", "cos", "sin" }) do
+    if ctx[k] then out[#out + 1] = ctx[k] end
+  end
+  return out
 end
 
 -- DecoderModel.forward from input embeddings `emb` (rows, H) that the caller
@@ -998,7 +1008,7 @@ function D.forward(S, P, emb, run)
       local j, stop = a + (u - 1) * period, a + u * period
       while j < stop do j, x = walk(j, x) end
       return x
-    end, h, "layers.composed")
+    end, h, "layers.composed", D.externals(ctx))
     i = a + units * period
   end
   while i <= m.layers do i, h = walk(i, h) end

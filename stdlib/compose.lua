@@ -160,19 +160,24 @@ function M.moved(x, id)
 end
 
 -- Layers kept from one simulation for the next (fit --knobs simulates
--- dozens of runs that differ only past the layers: the loss kernel, the
--- optimizer). While M.keeping runs f, each simulator made with an
--- identity (stdlib/step.lua new_sim: the step, a layout's pass and its
--- role) takes part: each layer its outermost M.layers walks is kept
--- (tape:echo_keep) under `key` (the run written out less what the layers
--- never read), the identity and the layer's count in that simulator; a
--- later one under the same name takes it (tape:echo_take) in place of the
--- walk, which the tape allows only where it stands exactly as the kept
--- one's did when the layer began (the same tensors, nodes, live and peak
--- bytes...), and the input is the same tensor. tests/lua/test_fit.lua
+-- dozens of runs that differ only in their loss kernel, their optimizer or
+-- what their layers leave alone). While M.keeping runs f, each simulator
+-- made with an identity (stdlib/step.lua new_sim: the step, an RL update, a
+-- layout's pass and its role) takes part: each layer its outermost M.layers
+-- walks is kept (tape:echo_keep) under `key` (the run written out less what
+-- layers never read), the identity and the layer's count in that
+-- simulator. A later simulator under the same name, whose input and the
+-- tensors the layers read besides it (externals: masks, rotary tables) are
+-- alike, takes it in place of the walk (tape:echo_take), its ids mapped:
+-- the input and externals to this one's, the layer's parameters to this
+-- one's copy, the tensors it made to new ones. The tape refuses when the
+-- echo names any other tensor, or a checkpoint segment is open here and was
+-- not there (or the reverse). What the same Lua code does on alike inputs
+-- (the key holds everything else it reads) is what the walk would do, as
+-- for the layers composed within one simulation. tests/lua/test_fit.lua
 -- compares fit.knobs with and without.
 local context
-local KEPT_MAX = 4 -- layers kept under one name (tapes that stood apart)
+local KEPT_MAX = 4 -- layers kept under one name (inputs or externals not alike)
 function M.keeping(cache, key, f, ...)
   local before = context
   context = { cache = cache, key = key }
@@ -210,7 +215,7 @@ end
 -- layers (checkpointing every n-th layer or in segments, models/decoder.lua:
 -- the unit's parameters per copies of the group's). Anything else that
 -- spoils an echo (tape:echo_end false) leaves every simulated layer run.
-function M.layers(S, layers, n, one, x, label)
+function M.layers(S, layers, n, one, x, label, externals)
   local tape = S.tape
   local mt = getmetatable(layers)
   local G = mt and mt.group
@@ -220,7 +225,32 @@ function M.layers(S, layers, n, one, x, label)
   local echo = not S.autocast and G and G.count >= skip + n * per
     and (per > 1 or G.count == n + skip)
   local span = G and per * G.stride -- a unit's parameter ids
+  -- unit i's first parameter id
+  local function first_param(i) return G.first + skip * G.stride + (i - 1) * span end
+  externals = externals or {}
+  -- layer i on `input` as the echoed layer did on its own: its input, its
+  -- parameters (from e.lo) and the externals of another simulation (e.pairs)
+  -- mapped to this one's
+  local function replay(i, input)
+    local e = echo
+    local ids = { e.in_id, input.id }
+    for k = 1, #e.pairs do ids[#ids + 1] = e.pairs[k] end
+    return M.moved(e.output, tape:echo_replay(ids, e.lo, e.lo + span, first_param(i) - e.lo,
+      e.output.id))
+  end
   local K = echo and S.kept and not S.keeping and S.kept -- outermost layers only
+  -- the kept layer k's externals paired with this simulation's, or nil
+  local function paired(k)
+    if #k.externals ~= #externals then return nil end
+    local ids = {}
+    for j, a in ipairs(k.externals) do
+      local b = externals[j]
+      if not alike(a, b) then return nil end
+      ids[#ids + 1] = a.id
+      ids[#ids + 1] = b.id
+    end
+    return ids
+  end
   local function run(i, input)
     local list
     if K then
@@ -228,12 +258,15 @@ function M.layers(S, layers, n, one, x, label)
       local slot = K.key .. "#" .. K.n .. label
       list = K.cache[slot] or {}
       K.cache[slot] = list
-      for _, k in ipairs(list) do -- (where the tape stood for each: a few at most)
-        if k.input.id == input.id and alike(k.input, input) and tape:echo_take(k.echo) then
-          local out = M.moved(k.output, tape:echo_replay({ input.id, input.id }, 0, 0, 0,
-            k.output.id))
-          echo = { layer = i, input = input, output = out }
-          return out
+      for _, k in ipairs(list) do -- (a few at most)
+        local ext = k.span == span and alike(k.input, input) and paired(k)
+        if ext then
+          local ids = { k.input.id, input.id }
+          for j = 1, #ext do ids[#ids + 1] = ext[j] end
+          if tape:echo_take(k.echo, ids, k.lo, k.lo + span, first_param(i) - k.lo) then
+            echo = { layer = i, in_id = k.input.id, lo = k.lo, pairs = ext, output = k.output }
+            return replay(i, input)
+          end
         end
       end
       S.keeping = true -- layers composed inside this one are neither counted nor kept
@@ -242,21 +275,17 @@ function M.layers(S, layers, n, one, x, label)
     local out = one(i, input)
     S.keeping = nil
     if echo then
-      echo = tape:echo_end() and { layer = i, input = input, output = out }
+      echo = tape:echo_end() and { layer = i, in_id = input.id, lo = first_param(i), pairs = {},
+        output = out }
       local kept = echo and list and #list < KEPT_MAX and tape:echo_keep()
       if kept then
-        list[#list + 1] = { echo = kept, input = M.moved(input, input.id),
-          output = M.moved(out, out.id) }
+        local ext = {}
+        for j, t in ipairs(externals) do ext[j] = M.moved(t, t.id) end
+        list[#list + 1] = { echo = kept, input = M.moved(input, input.id), lo = first_param(i),
+          span = span, externals = ext, output = M.moved(out, out.id) }
       end
     end
     return out
-  end
-  -- layer i on `input` as the echoed layer did on its own
-  local function replay(i, input)
-    local e = echo
-    local lo = G.first + skip * G.stride + (e.layer - 1) * span -- the echoed unit's parameters
-    return M.moved(e.output, tape:echo_replay({ e.input.id, input.id }, lo, lo + span,
-      (i - e.layer) * span, e.output.id))
   end
   local first = x
   x = run(1, x)

@@ -498,6 +498,19 @@ static int l_echo_end(lua_State *L) {
   return 1;
 }
 
+/* The {from, to, ...} list at arg as two arrays (VR_MAX_EDGES pairs at
+ * most); returns the pair count. */
+static int read_pairs(lua_State *L, int arg, int64_t *from, int64_t *to) {
+  int64_t flat[2 * VR_MAX_EDGES];
+  int n = read_ids(L, arg, flat, 2 * VR_MAX_EDGES, "id pairs");
+  if (n % 2) luaL_argerror(L, arg, "ids come in {from, to} pairs");
+  for (int i = 0; i < n / 2; i++) {
+    from[i] = flat[2 * i];
+    to[i] = flat[2 * i + 1];
+  }
+  return n / 2;
+}
+
 /* t:echo_replay({from, to, ...}, lo, hi, delta, query [, times]) -> query's
  * new id; query a list of ids (at most ECHO_QUERIES: a layer's output and
  * its weight casts under autocast, stdlib/compose.lua): their new ids, in
@@ -510,14 +523,9 @@ static int l_echo_end(lua_State *L) {
 #define ECHO_CHAIN (1 << 20)
 static int l_echo_replay(lua_State *L) {
   ltape *u = box(L);
-  int64_t flat[2 * VR_MAX_EDGES], from[VR_MAX_EDGES], to[VR_MAX_EDGES];
+  int64_t from[VR_MAX_EDGES], to[VR_MAX_EDGES];
   int64_t query[ECHO_QUERIES], answer[ECHO_QUERIES]; /* 16 KiB of stack */
-  int n = read_ids(L, 2, flat, 2 * VR_MAX_EDGES, "id pairs");
-  if (n % 2) luaL_argerror(L, 2, "ids come in {from, to} pairs");
-  for (int i = 0; i < n / 2; i++) {
-    from[i] = flat[2 * i];
-    to[i] = flat[2 * i + 1];
-  }
+  int n = 2 * read_pairs(L, 2, from, to);
   int64_t lo = (int64_t)luaL_checkinteger(L, 3), hi = (int64_t)luaL_checkinteger(L, 4);
   int64_t delta = (int64_t)luaL_checkinteger(L, 5);
   int nq = 1;
@@ -560,15 +568,23 @@ static int l_echo_keep(lua_State *L) {
   return 1;
 }
 
-/* t:echo_take(kept) -> whether the kept echo (t:echo_keep on this or
- * another tape) is now ready to replay: only where this tape stands as the
- * kept one's did when the echo began (tape.h vr_tape_echo_take) */
+/* t:echo_take(kept, {from, to, ...}, lo, hi, delta) -> whether the kept
+ * echo (t:echo_keep on this or another tape) is now ready to replay, its
+ * ids mapped as the arguments say (those of t:echo_replay): only where
+ * every id it names but did not create maps to a live tensor here
+ * (tape.h vr_tape_echo_take) */
 static int l_echo_take(lua_State *L) {
   ltape *u = box(L);
   const void *buf = luaL_checkudata(L, 2, ECHO);
   size_t size = lua_rawlen(L, 2);
+  int64_t from[VR_MAX_EDGES], to[VR_MAX_EDGES];
+  int npairs = read_pairs(L, 3, from, to);
+  int64_t lo = (int64_t)luaL_checkinteger(L, 4), hi = (int64_t)luaL_checkinteger(L, 5);
+  int64_t delta = (int64_t)luaL_checkinteger(L, 6);
+  if (lo < 0 || hi < lo || (hi > lo && (delta > INT64_MAX - hi || delta < -lo)))
+    return luaL_argerror(L, 6, "the shifted ids leave 0 .. 2^63");
   bool ok = false;
-  vr_status st = vr_tape_echo_take(tape(L, u), buf, size, &ok);
+  vr_status st = vr_tape_echo_take(tape(L, u), buf, size, from, to, npairs, lo, hi, delta, &ok);
   if (st) return fail(L, "echo_take", st);
   lua_pushboolean(L, ok);
   return 1;

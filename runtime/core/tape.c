@@ -84,19 +84,6 @@ typedef struct {
     size_t n, cap;    \
   }
 
-/* Where a tape stands: what an echo kept apart from its tape
- * (vr_tape_echo_keep) must find on the tape it is replayed on -- the same
- * tensors, nodes and strings so far, the same live, reserved and peak
- * bytes by category, phase, windows and bulks. */
-typedef struct {
-  size_t tensors, nodes, ids, edges, events, strings;
-  vr_tape_stats st;
-  int phase, nbulks, marks;
-  bool recording, win_open;
-  vr_tape_window win;
-  int64_t watch_peak, watch_rpeak;
-} echo_mark;
-
 struct vr_tape {
   vr_mem mem;          /* every allocation of the tape goes through it */
   VEC(tensor) tensors;
@@ -144,7 +131,6 @@ struct vr_tape {
     int64_t lo, hi;    /* the ids of the tensors it created */
   } echo[VR_ECHO_DEPTH];
   int echo_depth, echo_ready;
-  echo_mark echo_began; /* where the tape stood when the outermost echo began */
 };
 
 /* Any call but alloc and temp spoils an open capture; any but those and
@@ -659,44 +645,6 @@ static vr_status echo_node(vr_tape *t, const int64_t *saved, int nsaved, const v
   return VR_OK;
 }
 
-static void mark_of(const vr_tape *t, echo_mark *m) {
-  memset(m, 0, sizeof *m); /* (compared field by field: padding never read) */
-  m->tensors = t->tensors.n;
-  m->nodes = t->nodes.n;
-  m->ids = t->ids.n;
-  m->edges = t->edges.n;
-  m->events = t->events.n;
-  m->strings = t->strings.n;
-  m->st = t->st;
-  m->phase = t->phase;
-  m->nbulks = t->nbulks;
-  m->marks = t->marks;
-  m->recording = t->recording;
-  m->win_open = t->win_open;
-  if (t->win_open) m->win = t->win;
-  m->watch_peak = t->watch_peak;
-  m->watch_rpeak = t->watch_rpeak;
-}
-
-static bool same_cats(const int64_t *a, const int64_t *b) {
-  return memcmp(a, b, VR_NCAT * sizeof *a) == 0;
-}
-
-static bool same_mark(const echo_mark *a, const echo_mark *b) {
-  const vr_tape_stats *x = &a->st, *y = &b->st;
-  return a->tensors == b->tensors && a->nodes == b->nodes && a->ids == b->ids &&
-         a->edges == b->edges && a->events == b->events && a->strings == b->strings &&
-         x->live == y->live && x->peak == y->peak && x->reserved == y->reserved &&
-         x->peak_reserved == y->peak_reserved && x->peak_phase == y->peak_phase &&
-         x->peak_label == y->peak_label && same_cats(x->peak_by_cat, y->peak_by_cat) &&
-         same_cats(x->live_by_cat, y->live_by_cat) && a->phase == b->phase &&
-         a->nbulks == b->nbulks && a->marks == b->marks && a->recording == b->recording &&
-         a->win_open == b->win_open && a->win.start == b->win.start &&
-         a->win.rstart == b->win.rstart && a->win.peak == b->win.peak &&
-         a->win.rpeak == b->win.rpeak && same_cats(a->win.peak_by_cat, b->win.peak_by_cat) &&
-         a->watch_peak == b->watch_peak && a->watch_rpeak == b->watch_rpeak;
-}
-
 vr_status vr_tape_echo_begin(vr_tape *t) {
   if (t->capturing || t->echo_depth >= VR_ECHO_DEPTH) return VR_ENESTED;
   struct echo_level *l = &t->echo[t->echo_depth];
@@ -705,7 +653,6 @@ vr_status vr_tape_echo_begin(vr_tape *t) {
   l->rec = t->recording;
   l->ev.n = 0;
   l->lo = (int64_t)t->tensors.n;
-  if (t->echo_depth == 0) mark_of(t, &t->echo_began);
   t->echo_depth++;
   return VR_OK;
 }
@@ -876,7 +823,6 @@ vr_status vr_tape_echo_replay(vr_tape *t, const int64_t *from, const int64_t *to
  * texts (each ending in NUL). */
 typedef struct {
   uint64_t magic;
-  echo_mark began;
   int64_t lo, hi;
   size_t nev, nlabels, nchars;
   bool rec;
@@ -917,7 +863,7 @@ vr_status vr_tape_echo_keep(vr_tape *t, void *buf, size_t cap, size_t *need) {
     event *evs = (event *)(h + 1);
     size_t *offs = (size_t *)(evs + l->ev.n);
     char *chars = (char *)(offs + nlabels);
-    *h = (kept_head){KEPT_MAGIC, t->echo_began, l->lo, l->hi, l->ev.n, nlabels, nchars, l->rec};
+    *h = (kept_head){KEPT_MAGIC, l->lo, l->hi, l->ev.n, nlabels, nchars, l->rec};
     for (size_t i = 0, at = 0; i < ns; i++)
       if (local[i]) {
         const char *text = t->chars.v + t->strings.v[i];
@@ -935,22 +881,39 @@ vr_status vr_tape_echo_keep(vr_tape *t, void *buf, size_t cap, size_t *need) {
   return VR_OK;
 }
 
-vr_status vr_tape_echo_take(vr_tape *t, const void *buf, size_t size, bool *ok) {
+/* Whether the echo's id x (one it did not create) is one the mapping
+ * names, and its counterpart a live tensor of t. */
+static bool covered(const vr_tape *t, const echo_map *m, int64_t x) {
+  for (int k = 0; k < m->npairs; k++)
+    if (x == m->from[k]) return valid(t, m->to[k]);
+  return x >= m->lo && x < m->hi && valid(t, x + m->delta);
+}
+
+vr_status vr_tape_echo_take(vr_tape *t, const void *buf, size_t size, const int64_t *from,
+                            const int64_t *to, int npairs, int64_t lo, int64_t hi, int64_t delta,
+                            bool *ok) {
   *ok = false;
   const kept_head *h = (const kept_head *)buf;
   if (size < sizeof *h || h->magic != KEPT_MAGIC ||
       size != sizeof *h + h->nev * sizeof(event) + h->nlabels * sizeof(size_t) + h->nchars)
     return VR_ECOMPOSE;
-  if (t->echo_depth != 0 || t->capturing || t->trace || t->timeline) return VR_OK;
-  echo_mark now;
-  mark_of(t, &now);
-  if (!same_mark(&now, &h->began)) return VR_OK;
+  if (t->echo_depth != 0 || t->capturing || t->trace || t->timeline || t->recording != h->rec)
+    return VR_OK;
   const event *evs = (const event *)(h + 1);
   const size_t *offs = (const size_t *)(evs + h->nev);
   const char *chars = (const char *)(offs + h->nlabels);
+  /* every id the echo names but did not create must be mapped to a live
+   * tensor here: a pair's, or one of the range's */
+  echo_map m = {NULL, from, to, npairs, lo, hi, delta, h->lo, h->hi};
+  for (size_t e = 0; e < h->nev; e++) {
+    const event *ev = &evs[e];
+    bool names = ev->kind == EV_DROP || ev->kind == EV_RETAIN || ev->kind == EV_REPLAY_DROP ||
+                 ev->kind == EV_ITEM;
+    if (names && (ev->a < h->lo || ev->a >= h->hi) && !covered(t, &m, ev->a)) return VR_OK;
+  }
   struct echo_level *l = &t->echo[0];
-  /* the texts' indices on this tape (interned in the order the echo's
-   * tape met them: the same indices, as the tapes stood alike) */
+  /* the texts' indices on this tape, interned in the order the echo's
+   * tape interned them */
   int *index = (int *)vr_mem_array(&t->mem, h->nlabels + 1, sizeof *index);
   vr_status st = index ? VR_OK : VR_ENOMEM;
   for (size_t k = 0; st == VR_OK && k < h->nlabels; k++) st = vr_tape_intern(t, chars + offs[k], &index[k]);

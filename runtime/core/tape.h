@@ -150,21 +150,22 @@ vr_status vr_tape_echo_replay(vr_tape *t, const int64_t *from, const int64_t *to
                               int64_t lo, int64_t hi, int64_t delta, const int64_t *query,
                               int nquery, int64_t *answer);
 
-/* An echo kept apart from its tape, to be replayed on another tape that
- * stands where this one stood when the echo began (a layer that a search
- * simulates in run after run: stdlib/compose.lua, fit --knobs).
- * vr_tape_echo_keep copies the outermost echo that ended last into buf
- * when cap is at least *need (its events, their labels as text, and where
- * the tape stood at its begin: tensors, nodes and strings made so far, live,
- * reserved and peak bytes by category, phase, window, bulks); *need 0: none
- * to keep (an echo inside another, a spoiled one, a trace or a timeline on).
- * vr_tape_echo_take makes a kept echo this tape's ready echo (echo_replay
- * replays it, ids mapped as usual) when this tape stands exactly where the
- * kept one's stood and no echo is open; *ok false otherwise, the tape as it
- * was. Its labels are interned here again (the indices the other tape gave
- * them, as the tapes stood alike). */
+/* An echo kept apart from its tape, to be replayed on another tape (a
+ * layer that a search simulates in run after run: stdlib/compose.lua,
+ * fit --knobs). vr_tape_echo_keep copies the outermost echo that ended
+ * last into buf when cap is at least *need (its events, their labels as
+ * text); *need 0: none to keep (an echo inside another, a spoiled one, a
+ * trace or a timeline on). vr_tape_echo_take makes a kept echo this tape's
+ * ready echo, to be replayed with ids mapped as echo_replay maps them (from
+ * and to: pairs; an id in [lo, hi): + delta), when no echo is open, a
+ * checkpoint segment is open here exactly when it was at the echo's begin,
+ * and every id the echo names but did not create is mapped to a live
+ * tensor here; *ok false otherwise, the tape as it was. Its labels are
+ * interned here again, in the order the other tape interned them. */
 vr_status vr_tape_echo_keep(vr_tape *t, void *buf, size_t cap, size_t *need);
-vr_status vr_tape_echo_take(vr_tape *t, const void *buf, size_t size, bool *ok);
+vr_status vr_tape_echo_take(vr_tape *t, const void *buf, size_t size, const int64_t *from,
+                            const int64_t *to, int npairs, int64_t lo, int64_t hi, int64_t delta,
+                            bool *ok);
 
 /* Compiled estimates (trace.h): from now on the tape records its
  * accounting as a program; the probe's (batch, seq) is stored with it. */

@@ -452,26 +452,29 @@ function tests.an_echo_spans_a_checkpointed_segment()
 end
 
 -- An echo kept apart from its tape (tape:echo_keep) is taken by another
--- tape only where that one stands as the first stood when the echo began;
--- replayed there, it leaves that tape as walking the layer would have:
--- the same live, reserved and peak bytes, op at peak, labels and gradients.
-function tests.a_kept_echo_replays_on_a_tape_that_stands_alike()
-  local function prefix(tape, extra, mask)
+-- tape with its ids mapped (input, externals, parameters), wherever that
+-- tape stands; replayed there, it does what walking the layer there does:
+-- the same live, reserved and peak bytes, op at peak, categories and
+-- gradients. A tape refuses it when the echo names a tensor the mapping
+-- leaves out, or a checkpoint segment is open on one side only.
+function tests.a_kept_echo_replays_on_another_tape_with_its_ids_mapped()
+  -- extra: tensors before the layer (another optimizer's states)
+  local function prefix(tape, extra)
     tape:rounding(512, 1 << 20, 2 << 20)
+    for _ = 1, extra do tape:alloc(3 << 20, "optimizer_state", "state") end
     local w = tape:param(4096, "weights", "w")
-    tape:alloc(mask or 8, "activations", "mask")
-    if extra then tape:alloc(extra, "activations", "extra") end
-    return w, tape:alloc(1000, "activations", "x")
+    local mask = tape:alloc(8, "activations", "mask")
+    return w, mask, tape:alloc(1000, "activations", "x")
   end
-  local function layer(tape, x, w)
+  local function layer(tape, x, w, mask)
     tape:ckpt_begin()
     local h = tape:alloc(3000, "activations", "layer.h")
-    tape:node({ x, w }, { x, 1000, w, 4096 }, { h }, 64, "layer.mm")
+    tape:node({ x, w, mask }, { x, 1000, w, 4096 }, { h }, 64, "layer.mm")
     local y = tape:alloc(1000, "activations", "layer.y")
     tape:node({ h }, { h, 3000 }, { y }, 0, "layer.act")
     tape:temp(5000, "temporaries", "layer.scratch")
     tape:drop(h)
-    tape:ckpt_end({ x, w }, { y }, "checkpoint")
+    tape:ckpt_end({ x, w, mask }, { y }, "checkpoint")
     tape:drop(x)
     return y
   end
@@ -484,35 +487,41 @@ function tests.a_kept_echo_replays_on_a_tape_that_stands_alike()
       at = st.at_peak, live = tape:live(), grad = tape:grad(w) ~= nil }
   end
   local a = vram.tape()
-  local wa, xa = prefix(a)
+  local wa, ma, xa = prefix(a, 0)
   a:echo()
-  local ya = layer(a, xa, wa)
+  local ya = layer(a, xa, wa, ma)
   T.eq(a:echo_end(), true, "the layer echoes")
   local kept = a:echo_keep()
   T.eq(type(kept), "userdata", "and is kept")
   T.eq(getmetatable(kept), "locked", "opaque, its metatable locked")
-  local walked = finish(a, ya, wa)
-  local b = vram.tape()
-  local wb, xb = prefix(b)
-  T.eq(b:echo_take(kept), true, "a tape that stands alike takes it")
-  local yb = b:echo_replay({ xb, xb }, 0, 0, 0, ya)
-  T.eq(yb, ya, "the layer's output is the walk's tensor")
-  T.eq(finish(b, yb, wb), walked, "replayed as walked")
+  for extra = 0, 2 do
+    local walked = vram.tape()
+    local w, m, x = prefix(walked, extra)
+    local want = finish(walked, layer(walked, x, w, m), w)
+    local b = vram.tape()
+    local wb, mb, xb = prefix(b, extra)
+    T.eq(b:echo_take(kept, { xa, xb, ma, mb }, wa, wa + 1, wb - wa), true,
+      extra .. " tensors more before: taken")
+    local yb = b:echo_replay({ xa, xb, ma, mb }, wa, wa + 1, wb - wa, ya)
+    T.eq(finish(b, yb, wb), want, extra .. " tensors more before: replayed as walked")
+  end
   local c = vram.tape()
-  prefix(c, 8)
-  T.eq(c:echo_take(kept), false, "a tape that stands elsewhere does not")
+  local wc, _, xc = prefix(c, 1)
+  T.eq(c:echo_take(kept, { xa, xc }, wa, wa + 1, wc - wa), false, "the mask left out: refused")
   T.raises(function() c:echo_replay({}, 0, 0, 0, 0) end, "composed layers", "nothing to replay")
-  local e = vram.tape()
-  prefix(e, nil, 16)
-  T.eq(e:echo_take(kept), false, "nor one with other live bytes, the same tensors")
   local d = vram.tape()
-  d:echo()
-  d:alloc(8, "activations")
-  d:echo()
-  d:alloc(8, "activations")
-  T.eq(d:echo_end(), true, "an inner echo")
-  T.eq(d:echo_keep(), nil, "is not kept")
-  T.raises(function() a:echo_take({}) end, "vram.echo expected", "a kept echo only")
+  local wd, md, xd = prefix(d, 0)
+  d:ckpt_begin()
+  T.eq(d:echo_take(kept, { xa, xd, ma, md }, wa, wa + 1, wd - wa), false,
+    "a segment open here, not there: refused")
+  local e = vram.tape()
+  e:echo()
+  e:alloc(8, "activations")
+  e:echo()
+  e:alloc(8, "activations")
+  T.eq(e:echo_end(), true, "an inner echo")
+  T.eq(e:echo_keep(), nil, "is not kept")
+  T.raises(function() a:echo_take({}, {}, 0, 0, 0) end, "vram.echo expected", "a kept echo only")
 end
 
 -- tape:node_of and tape:drop_of read the tensors themselves (Sim:node,
