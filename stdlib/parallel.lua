@@ -361,6 +361,18 @@ function M.local_run(run, L, role)
   return r
 end
 
+-- What M.local_run reads of a layout and a role, and what it makes of the
+-- run's dtypes, as a string (keep the two in step: tests/lua/test_parallel.lua
+-- checks it): runs that are equal but for their layout and master_dtype make
+-- rank-local runs that are equal but for master_dtype where these are equal.
+-- M.budget remembers their measuring keys by it.
+function M.local_inputs(run, L, role)
+  local sharded = L.zero > 0 or (L.fsdp and L.fsdp ~= "no_shard")
+  return table.concat({ L.tp, L.ep, L.cp, role.stage, role.layers, tostring(role.first),
+    tostring(role.last), tostring(sharded and run.dtype or not sharded and run.param_dtype),
+    tostring(sharded or run.autocast == nil) }, "|")
+end
+
 -- Parameter ids of each decoder layer (FSDP's per-layer wrapping units).
 local function layer_param_ids(l, out)
   for _, v in pairs(l) do
@@ -942,7 +954,7 @@ end
 -- windows. Its peaks, reserved bytes, categories at the peak and device
 -- total are the simulated ones.
 function M.search(base, limit, lean)
-  return { base = base, held = {}, limit = limit, lean = lean, replays = {} }
+  return { base = base, held = {}, limit = limit, lean = lean, replays = {}, measured = {} }
 end
 
 
@@ -1047,16 +1059,29 @@ function M.budget(run, gpu_name, search)
   local gpu = gpus.find(gpu_name or run.gpu)
   local nccl = comms(L) * M.NCCL_PER_COMM
   local shapes = {} -- a simulated role's run but its layout -> its in-flight count
+  -- the run but its layout and master_dtype, as a string: with
+  -- M.local_inputs, what names a rank-local run's measuring key in a
+  -- search (the layouts of one shape but their ZeRO stage share one)
+  local given = search and run_key(run, search.base, MEASURE_SKIP) .. "#"
   for _, role in ipairs(M.roles(L, run)) do
     local lrun = M.local_run(run, L, role)
-    -- the role's run but its layout, as a string: the measuring pass's
-    -- key (run.key without master_dtype) after a string or absent
-    -- master_dtype (written by length: the two parts cannot run into each
-    -- other); one run.key per role instead of two
-    local measured = search and L.pp > 1 and run_key(lrun, search.base, MEASURE_SKIP)
+    -- the role's run but its layout and master_dtype: the measuring
+    -- pass's key (run.key), remembered by what it is made from
+    local measured
+    if search then
+      local from = given .. M.local_inputs(run, L, role)
+      measured = search.measured[from]
+      if not measured then
+        measured = run_key(lrun, search.base, MEASURE_SKIP)
+        search.measured[from] = measured
+      end
+    end
+    -- and with its master_dtype, string or absent (written by length: the
+    -- two parts cannot run into each other)
     local md = lrun.master_dtype
-    local shape = measured and (md == nil and "-|" .. measured or type(md) == "string" and
-      #md .. ":" .. md .. "|" .. measured or run_key(lrun, search.base, SHAPE_SKIP))
+    local shape = L.pp > 1 and measured and (md == nil and "-|" .. measured or
+      type(md) == "string" and #md .. ":" .. md .. "|" .. measured or
+      run_key(lrun, search.base, SHAPE_SKIP))
     if shape and (shapes[shape] or -1) >= role.inflight then goto next end
     if shape then shapes[shape] = role.inflight end
     local cutoff

@@ -333,6 +333,39 @@ function tests.a_lean_search_prices_each_layout_as_simulated_alone()
   T.ok(n >= 28, "most layouts replayed a recorded pass (" .. n .. ")")
 end
 
+-- M.budget remembers a rank-local run's measuring key (run.key less the
+-- layout and master_dtype) by the run's key and M.local_inputs: wherever
+-- two roles of the layouts of 8 GPUs (made as M.fit makes them) have equal
+-- inputs, their rank-local runs have equal keys -- dense and MoE, pure
+-- bf16 and fp32 master weights under autocast, per-layer lists sliced by
+-- stage (gpt-oss's sliding and full attention layers).
+function tests.local_inputs_name_the_rank_local_run()
+  local key, with = require("stdlib.run").key, require("stdlib.run").with
+  local SKIP = { parallel = true, master_dtype = true }
+  local shared = 0
+  for _, c in ipairs({ { { seq = 1024 } },
+    { { seq = 1024, precision = { master = "fp32", compute = "bf16" } } },
+    { { seq = 256, moe = { impl = "grouped" } }, { num_hidden_layers = 8 }, "qwen3_30b_a3b" },
+    { { seq = 256, precision = { params = "bf16", dequantize = true } },
+      { num_hidden_layers = 8 }, "gpt_oss_20b" } }) do
+    local run = normalize(nil, c[1], c[2], c[3])
+    local seen = {}
+    for _, t in ipairs(par.layouts(run, 8)) do
+      local r = with(run, {})
+      r.parallel = par.check(par.read(t, WHERE, r), r, WHERE)
+      for _, role in ipairs(par.roles(r.parallel, r)) do
+        local from = key(r, run, SKIP) .. "#" .. par.local_inputs(r, r.parallel, role)
+        local k = key(par.local_run(r, r.parallel, role), run, SKIP)
+        if seen[from] then shared = shared + 1 end
+        seen[from] = seen[from] or k
+        T.eq(k, seen[from], (c[3] or "qwen2.5-1.5b") .. " " .. par.layout_name(t) .. " stage "
+          .. role.stage)
+      end
+    end
+  end
+  T.ok(shared > 100, "most roles' keys remembered (" .. shared .. ")")
+end
+
 -- Qwen3-30B-A3B (examples/configs/qwen3_30b_a3b.json): 48 layers, hidden
 -- 2048, 128 experts of width 768 (SwiGLU: 3 matrices), 30,532,122,624
 -- parameters (test_models.lua's published count).
