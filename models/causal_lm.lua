@@ -7,7 +7,8 @@ local with = require("stdlib.run").with
 
 local F = {}
 
--- Decode steps a timeline draws one by one (more are fast-forwarded).
+-- Decode steps a page's timeline draws one by one (more are fast-forwarded,
+-- and every middle one for a sparkline: stdlib/step.lua S.draw_decode).
 F.DRAWN_DECODE_STEPS = 64
 
 -- A measured case's config (tests/truth, family "decoder") is a text config.
@@ -219,11 +220,13 @@ function F.generate(S, P, run, prefix_embeds)
     ids = nids
   end
   local steps = run.generate_tokens - 1
-  -- A drawn step runs every decode step, unless there are so many that
-  -- their events would outgrow the memory budget (a 94-layer MoE keeps
-  -- ~1 MB of timeline per step): then the middle ones are fast-forwarded
-  -- too and the timeline says how many it does not draw.
-  local draw_all = S.timeline and steps <= F.DRAWN_DECODE_STEPS
+  -- A step drawn for a page runs every decode step, unless there are so
+  -- many that their events would outgrow the memory budget (a 94-layer MoE
+  -- keeps ~1 MB of timeline per step); one drawn as a sparkline, whose
+  -- columns cannot show them (a PPO spec's 63 steps were 3/4 of its
+  -- process's time), runs the first and the last. The middle ones are then
+  -- fast-forwarded too and the timeline says how many it does not draw.
+  local draw_all = S.draw_decode and steps <= F.DRAWN_DECODE_STEPS
   -- a prefill cache entry holding more than its elements (a view: MLA's
   -- value states keep kv_b_proj's whole output) is bigger than what a
   -- decode step leaves in its place: then the first step runs in full

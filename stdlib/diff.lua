@@ -8,8 +8,8 @@ local M = {}
 
 -- Keys that are bookkeeping, not knobs: where the config came from, its
 -- provenance notes, and what a report asked the simulator to record.
-local SKIP = { config_path = true, hf_config = true, timeline = true, trace = true,
-  loss_where = true }
+local SKIP = { config_path = true, hf_config = true, timeline = true, draw_decode = true,
+  trace = true, loss_where = true }
 
 local function flatten(t, prefix, out)
   for k, v in pairs(t) do

@@ -929,7 +929,8 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
   for _, id in ipairs(info.gs_ids or {}) do tape:drop(id) end
   for _, x in ipairs(inputs) do S:drop(x) end
   local st = tape:stats()
-  st.timeline = require("stdlib.timeline").collect(tape) -- nil unless recorded
+  -- nil unless recorded (stdlib.timeline loads only then)
+  st.timeline = tape:timeline_len() > 0 and require("stdlib.timeline").collect(tape) or nil
   st.baseline, st.phase_end = base, st_ends
   st.param_count, st.trainable_count = total, trainable
   if lean then lean.made = rec end

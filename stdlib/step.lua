@@ -174,6 +174,10 @@ function M.new_sim(run, identity)
   -- probe; a timeline then gets the composed events copied (timeline_repeat)
   S.composable = (run.compose == nil or run.compose == true) and not run.trace
   S.timeline = run.timeline and true or nil
+  -- a drawn generation draws every decode step (up to causal_lm's
+  -- DRAWN_DECODE_STEPS) for a page (estimate --html); a sparkline's columns
+  -- cannot show them, so it draws the first and last
+  S.draw_decode = S.timeline and run.draw_decode and true or nil
   -- layers kept from an earlier simulation of a search (stdlib/compose.lua)
   S.kept = S.composable and not S.timeline and compose.kept(identity) or nil
   -- identical layers' parameters built once and repeated by the tape

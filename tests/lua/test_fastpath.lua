@@ -37,8 +37,9 @@ local function same(preset, over, fields, what)
   local fast = answer(step.run(run))
   T.eq(fast, full, what)
   -- trained layers composed keep fewer events than every layer simulated,
-  -- so the timeline is compared with only those composed ("layers")
-  run.timeline = true
+  -- so the timeline is compared with only those composed ("layers"); a
+  -- page's (draw_decode: every decode step drawn, as --html draws them)
+  run.timeline, run.draw_decode = true, true
   local tl_fast = step.run(run)
   run.compose = "layers"
   local tl_full = step.run(run)
@@ -79,10 +80,11 @@ function tests.fast_forwarded_decode_steps_equal_every_step()
   end
 end
 
--- Past DRAWN_DECODE_STEPS a drawn step fast-forwards the middle decode
--- steps too (their events would outgrow the memory budget on a large MoE):
--- the answer is still the full one, and the timeline says how many steps
--- it leaves out.
+-- Past DRAWN_DECODE_STEPS a step drawn for a page (draw_decode)
+-- fast-forwards the middle decode steps too (their events would outgrow
+-- the memory budget on a large MoE), and a step drawn as a sparkline does
+-- at any count: the answer is still the full one, and the timeline says
+-- how many steps it leaves out.
 function tests.a_long_decode_is_drawn_with_its_middle_steps_left_out()
   local n = require("models.causal_lm").DRAWN_DECODE_STEPS + 6
   local run = run_of("qwen2_5_1_5b_instruct", { num_hidden_layers = 2 },
@@ -90,14 +92,20 @@ function tests.a_long_decode_is_drawn_with_its_middle_steps_left_out()
   run.compose = false
   local full = answer(step.run(run))
   run.compose, run.timeline = nil, true
+  local sparkline = step.run(run)
+  T.eq(answer(sparkline), full, "a sparkline's decode")
+  T.eq(sparkline.timeline.skipped_decode, n - 1 - 2, "its middle decode steps left out")
+  run.draw_decode = true
   local drawn = step.run(run)
   T.eq(answer(drawn), full, "long decode with a timeline")
   T.eq(drawn.timeline.skipped_decode, n - 1 - 2, "middle decode steps left out")
   T.ok(require("stdlib.timeline").text(drawn.timeline)[1]:find(("%d middle decode steps not drawn")
     :format(n - 3), 1, true), "the terminal says so")
-  -- at the limit every step is drawn
+  -- at the limit every step is drawn for a page, the first and last for a sparkline
   run.generate_tokens = n - 6 + 1
   T.eq(step.run(run).timeline.skipped_decode, nil, "every step drawn at the limit")
+  run.draw_decode = nil
+  T.eq(step.run(run).timeline.skipped_decode, n - 6 - 2, "not for a sparkline")
 end
 
 function tests.grad_free_layers_equal_every_layer()
