@@ -843,9 +843,10 @@ static void push_point(lua_State *L, const ltape *u, const tl_point *p, bool wit
   lua_setfield(L, -2, "live");
   lua_createtable(L, 0, VR_NCAT);
   for (int c = 0; c < VR_NCAT; c++)
-    if (p->seen & (1u << c)) {
+    if (p->seen & (1u << c)) { /* the category's name: the methods' upvalue */
+      lua_pushvalue(L, lua_upvalueindex(UP_CAT + c));
       lua_pushinteger(L, (lua_Integer)p->by[c]);
-      lua_setfield(L, -2, vr_cat_name(c));
+      lua_rawset(L, -3);
     }
   lua_setfield(L, -2, "by");
   lua_pushstring(L, vr_tape_string(tape(L, u), p->phase));
@@ -877,18 +878,23 @@ static int l_timeline_collect(lua_State *L) {
   if (n > UINT32_MAX) return luaL_error(L, "tape:timeline_collect: too many events");
   size_t *best = (size_t *)lua_newuserdatauv(L, k * sizeof *best, 0);
   tl_point *pts = (tl_point *)lua_newuserdatauv(L, (k + 1) * sizeof *pts, 0);
-  vr_tape *t = tape(L, u);
-  /* pass 1: the first highest event of each stretch, and the span count */
+  const vr_tl_event *ev = vr_tape_timeline_events(tape(L, u));
+  /* pass 1: the first highest event of each stretch, and the span count.
+   * Stretch b holds the events i with i * k / n == b (k <= n: each holds
+   * one at least), the next starting at ceil((b + 1) * n / k) */
   int64_t live = 0, top = 0;
   int32_t phase = -1;
   bool rec = false;
-  for (size_t i = 0, b = SIZE_MAX; i < n; i++) {
-    const vr_tl_event *e = vr_tape_timeline_at(t, i);
-    size_t bi = (size_t)((uint64_t)i * k / n);
+  for (size_t i = 0, b = 0, start = 0; i < n; i++) {
+    const vr_tl_event *e = &ev[i];
     live += e->delta;
-    if (bi != b || live > top) {
-      b = bi;
-      best[bi] = i;
+    if (i == start) { /* stretch b begins */
+      b = (size_t)((uint64_t)i * k / n);
+      start = (size_t)(((uint64_t)b + 1) * n / k + (((uint64_t)b + 1) * n % k != 0));
+      best[b] = i;
+      top = live;
+    } else if (live > top) {
+      best[b] = i;
       top = live;
     }
     if (i == 0 || e->phase != phase || (bool)e->recompute != rec) nspans++;
@@ -896,14 +902,14 @@ static int l_timeline_collect(lua_State *L) {
     rec = e->recompute;
   }
   tl_span *spans = (tl_span *)lua_newuserdatauv(L, nspans * sizeof *spans, 0);
-  t = tape(L, u);
+  ev = vr_tape_timeline_events(tape(L, u)); /* (no Lua ran: the same events) */
   /* pass 2: the spans, the categories at each sample, the peak */
   tl_point cur = {0, 0, {0}, 0, -1, -1, false}, *peak = &pts[k];
   *peak = cur;
   live = 0;
   size_t s = 0, next = 0;
   for (size_t i = 0; i < n; i++) {
-    const vr_tl_event *e = vr_tape_timeline_at(t, i);
+    const vr_tl_event *e = &ev[i];
     live += e->delta;
     cur.by[e->cat] += e->delta;
     cur.seen |= 1u << e->cat;

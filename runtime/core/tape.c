@@ -1332,6 +1332,8 @@ const vr_tl_event *vr_tape_timeline_at(const vr_tape *t, size_t i) {
   return i < t->tl.n ? &t->tl.v[i] : NULL;
 }
 
+const vr_tl_event *vr_tape_timeline_events(const vr_tape *t) { return t->tl.n ? t->tl.v : NULL; }
+
 int64_t vr_tape_grad(const vr_tape *t, int64_t id) {
   return valid(t, id) ? t->tensors.v[id].grad : -1;
 }

@@ -197,6 +197,9 @@ size_t vr_tape_timeline_len(const vr_tape *t);
 vr_status vr_tape_timeline_repeat(vr_tape *t, size_t from, size_t to, int64_t times);
 /* Event i (0-based), NULL when out of range. */
 const vr_tl_event *vr_tape_timeline_at(const vr_tape *t, size_t i);
+/* Every event, one array of vr_tape_timeline_len(t) (NULL when none):
+ * good until the next event is kept. */
+const vr_tl_event *vr_tape_timeline_events(const vr_tape *t);
 
 /* Gradient tensor of a forward tensor, -1 if none. */
 int64_t vr_tape_grad(const vr_tape *t, int64_t id);
