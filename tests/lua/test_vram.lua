@@ -627,6 +627,62 @@ function tests.a_list_whose_length_closes_the_tape_should_give_tape_is_closed()
   end
 end
 
+-- A kept echo (tape:echo_keep / echo_take, fit --knobs) under hostile
+-- calls: a pairs list that closes the tape, one too long or odd, shifted
+-- ids past 2^63, ids the other tape does not hold or freed, a closed or
+-- reset tape, the same echo taken many times, a foreign userdata: each is
+-- an error naming the argument or a refusal (false), never a crash (the
+-- suite runs under ASan).
+function tests.kept_echoes_should_refuse_hostile_arguments()
+  local a = vram.tape()
+  local w = a:param(64, "weights", "w")
+  local x = a:alloc(100, "activations", "x")
+  a:echo()
+  local y = a:alloc(100, "activations", "y")
+  a:node({ x, w }, { x, 100, w, 64 }, { y }, 8, "mm")
+  a:drop(x)
+  T.eq(a:echo_end(), true, "echoed")
+  local kept = a:echo_keep()
+  T.ok(kept ~= nil, "kept")
+  local t = vram.tape()
+  local w2 = t:param(64, "weights", "w")
+  local x2 = t:alloc(100, "activations", "x")
+  T.raises(function() t:echo_take(kept, closing_list(t, 2, { x, x2 }), w, w + 1, w2 - w) end,
+    "tape is closed")
+  t = vram.tape()
+  w2, x2 = t:param(64, "weights", "w"), t:alloc(100, "activations", "x")
+  local function len(n) return setmetatable({}, { __len = function() return n end }) end
+  T.raises(function() t:echo_take(kept, len(1 << 40), 0, 0, 0) end, "id pairs")
+  T.raises(function() t:echo_take(kept, { x, x2, w }, 0, 0, 0) end, "pairs")
+  T.raises(function() t:echo_take(kept, { x, x2 }, 5, 2, 0) end, "0 .. 2^63")
+  T.raises(function() t:echo_take(kept, { x, x2 }, 0, 1, math.maxinteger) end, "0 .. 2^63")
+  T.raises(function() t:echo_take(kept, { x, x2 }, 3, 4, -4) end, "0 .. 2^63")
+  T.raises(function() t:echo_take(t, { x, x2 }, 0, 0, 0) end, "vram.echo expected")
+  T.raises(function() t:echo_take(io and io.stdout or {}, {}, 0, 0, 0) end, "vram.echo expected")
+  T.eq(t:echo_take(kept, { x, 999999 }, w, w + 1, w2 - w), false, "an input it does not hold")
+  T.eq(t:echo_take(kept, { x, x2 }, w, w + 1, 1 << 30), false, "parameters it does not hold")
+  T.eq(t:echo_take(kept, { x, x2 }, 0, 0, 0), false, "parameters left out")
+  local freed = t:alloc(100, "activations", "gone")
+  t:drop(freed)
+  T.eq(t:echo_take(kept, { x, freed }, w, w + 1, w2 - w), false, "a freed input")
+  for _ = 1, 100 do -- taken and replayed again and again, each on the last output
+    T.eq(t:echo_take(kept, { x, x2 }, w, w + 1, w2 - w), true, "taken")
+    local out = t:echo_replay({ x, x2 }, w, w + 1, w2 - w, y)
+    x2 = out
+  end
+  -- each replay made its output; every input stays, saved by its node
+  T.eq(t:live(), 64 + 100 + 100 * 100, "100 replays, each on the last output")
+  t:reset()
+  T.eq(t:echo_take(kept, { x, x2 }, w, w + 1, w2 - w), false, "a reset tape holds none of them")
+  t:echo()
+  T.eq(t:echo_take(kept, {}, 0, 0, 0), false, "refused while an echo is open")
+  do local c <close> = t end
+  T.raises(function() t:echo_take(kept, {}, 0, 0, 0) end, "tape is closed")
+  T.raises(function() t:echo_keep() end, "tape is closed")
+  a:reset()
+  T.eq(a:echo_keep(), nil, "a reset tape has no echo to keep")
+end
+
 function tests.list_lengths_outside_their_range_should_be_refused_with_the_length()
   local t = vram.tape()
   local id = t:alloc(16, "activations")
