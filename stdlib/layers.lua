@@ -595,10 +595,14 @@ function L.flash_attention(S, q, k, v, a, label)
   local B, H, Tq, D = a.batch, a.heads, a.tq, a.head_dim
   -- (MLA with flash: transformers pads v to the q/k head size, so the
   -- kernel's output is head_dim wide before the slice)
-  local out = S:new_tensor(B * H * Tq * D, q.dt, label .. ".sdpa", S:rg(q, k, v))
+  -- a.sinks (gpt-oss): the kernel reads the per-head sinks and, in
+  -- backward, gives them their gradient (spec.lua names the kernel)
+  local sinks = a.sinks
+  local out = S:new_tensor(B * H * Tq * D, q.dt, label .. ".sdpa", S:rg(q, k, v, sinks))
   local lse = S:new_tensor(B * H * Tq, FP32, label .. ".lse", false)
-  S:node(label .. ".sdpa", { q, k, v, out, lse }, { { q }, { k }, { v } }, { out },
-    B * H * Tq * (D + 1) * 4)
+  local saved, edges = { q, k, v, out, lse }, { { q }, { k }, { v } }
+  if sinks then saved[#saved + 1], edges[#edges + 1] = sinks, { sinks } end
+  S:node(label .. ".sdpa", saved, edges, { out }, B * H * Tq * (D + 1) * 4)
   S:drop(lse)
   return out, nil
 end

@@ -507,6 +507,21 @@ end
 -- simulated towers are not quantized); run.moe needs experts, and its
 -- capacity factor goes into the description the simulator reads.
 local function check_model_run(f, path, where)
+  -- attention sinks (gpt-oss): transformers has no sdpa path for them
+  -- (GptOssPreTrainedModel._supports_sdpa = False); flash is the
+  -- kernels-community/vllm-flash-attn3 kernel it names
+  if f.text and f.text.sinks and f.attention == "sdpa" then
+    errors.input(where, "run.attention", "sdpa with attention sinks (gpt-oss) is not what "
+      .. "transformers runs (its GptOss has no sdpa path): use eager or flash")
+  end
+  if f.text and f.text.sinks and f.attention == "flash" then
+    local a = { table.unpack(f.model_assumptions or {}) }
+    a[#a + 1] = "flash attention with attention sinks: transformers' kernel for gpt-oss "
+      .. "(kernels-community/vllm-flash-attn3); the sinks' gradient is priced as one per-head "
+      .. "tensor per layer, the kernel's scratch as flash's (some kernel versions have no "
+      .. "backward for sinks)"
+    f.model_assumptions = a
+  end
   if f.vision and f.quant and f.quant.ckpt and f.quant.ckpt.method == "bitsandbytes" then
     errors.input(path, "quantization_config", "bitsandbytes quantizes the vision tower too, "
       .. "which is not modelled; set run.precision.dequantize: true, or price the language "

@@ -613,6 +613,26 @@ T.test("gpt-oss inference runs every expert on every token", function()
   T.ok(dense.peak - loop.peak >= 32 * 128 * 2 * 2880 * 2 - 128 * 4 * 2 * 2880 * 2)
 end)
 
+-- gpt-oss's attention sinks: transformers has no sdpa path for them
+-- (_supports_sdpa = False), so sdpa is refused, naming the field; flash (its
+-- vllm-flash-attn3 kernel) trains them, their gradient in the kernel's
+-- backward, with the layers composed as walked (the sinks once had no
+-- gradient under flash, and composing their layers failed inside the tape).
+T.test("gpt-oss: sdpa is refused, flash trains the sinks", function()
+  local r = { mode = "train", batch = 1, seq = 16, attention = "sdpa" }
+  T.raises(function() run_of(preset("gpt_oss_20b"), 6, r) end, "run.attention")
+  r.attention = "flash"
+  local run = run_of(preset("gpt_oss_20b"), 6, r)
+  local found = false
+  for _, a in ipairs(run.model_assumptions or {}) do found = found or a:find("sinks", 1, true) ~= nil end
+  T.ok(found, "the kernel named as an assumption")
+  local composed = step.run(run)
+  run.compose = false
+  local walked = step.run(run)
+  T.eq(composed.peak, walked.peak, "composed as walked")
+  T.eq(composed.at_peak, walked.at_peak, "categories")
+end)
+
 T.test("Gemma 2's final soft-capping adds logits-sized tensors", function()
   local c = {}
   for k, v in pairs(CONFIGS.gemma_2_2b) do c[k] = v end
