@@ -215,6 +215,10 @@ end
 -- layers (checkpointing every n-th layer or in segments, models/decoder.lua:
 -- the unit's parameters per copies of the group's). Anything else that
 -- spoils an echo (tape:echo_end false) leaves every simulated layer run.
+-- externals (optional): the tensors the layers read besides their input and
+-- parameters (masks, rotary tables: models/decoder.lua D.externals), by
+-- which a layer kept from another simulation is mapped (M.keeping); without
+-- them a kept layer naming any is refused and walked.
 function M.layers(S, layers, n, one, x, label, externals)
   local tape = S.tape
   local mt = getmetatable(layers)
