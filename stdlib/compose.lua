@@ -178,6 +178,7 @@ end
 -- compares fit.knobs with and without.
 local context
 local KEPT_MAX = 4 -- layers kept under one name (inputs or externals not alike)
+local NO_PAIRS = {} -- (read only)
 function M.keeping(cache, key, f, ...)
   local before = context
   context = { cache = cache, key = key }
@@ -231,10 +232,11 @@ function M.layers(S, layers, n, one, x, label, externals)
   local span = G and per * G.stride -- a unit's parameter ids
   -- unit i's first parameter id
   local function first_param(i) return G.first + skip * G.stride + (i - 1) * span end
-  externals = externals or {}
-  -- layer i on `input` as the echoed layer did on its own: its input, its
-  -- parameters (from e.lo) and the externals of another simulation (e.pairs)
-  -- mapped to this one's
+  externals = externals or NO_PAIRS
+  -- layer i on `input` as the echoed layer did on its own. echo: the ids as
+  -- its events name them -- its input (in_id), its first parameter (lo),
+  -- its output's table (output) -- and the externals' {theirs, ours} pairs
+  -- when another simulation kept it (pairs); each mapped to this one's
   local function replay(i, input)
     local e = echo
     local ids = { e.in_id, input.id }
@@ -268,7 +270,7 @@ function M.layers(S, layers, n, one, x, label, externals)
           local ids = { k.input.id, input.id }
           for j = 1, #ext do ids[#ids + 1] = ext[j] end
           if tape:echo_take(k.echo, ids, k.lo, k.lo + span, first_param(i) - k.lo) then
-            echo = { layer = i, in_id = k.input.id, lo = k.lo, pairs = ext, output = k.output }
+            echo = { in_id = k.input.id, lo = k.lo, pairs = ext, output = k.output }
             return replay(i, input)
           end
         end
@@ -279,7 +281,7 @@ function M.layers(S, layers, n, one, x, label, externals)
     local out = one(i, input)
     S.keeping = nil
     if echo then
-      echo = tape:echo_end() and { layer = i, in_id = input.id, lo = first_param(i), pairs = {},
+      echo = tape:echo_end() and { in_id = input.id, lo = first_param(i), pairs = NO_PAIRS,
         output = out }
       local kept = echo and list and #list < KEPT_MAX and tape:echo_keep()
       if kept then

@@ -23,13 +23,8 @@ local function answer(st)
     peak_op = st.peak_op, at_peak = st.at_peak, phase_peaks = st.phase_peaks,
     live = st.live_by_category, phase_end = st.phase_end, params = st.param_count }
 end
-local function same(a, b)
-  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
-  for k, v in pairs(a) do if not same(v, b[k]) then return false end end
-  for k in pairs(b) do if a[k] == nil then return false end end
-  return true
-end
-local function pick(t) return t[math.random(#t)] end
+local compare = require("tests.lib.compare")
+local same, pick = compare.same, compare.pick
 
 local n, bad, refused = 0, 0, 0
 local t0 = os.clock()

@@ -8,35 +8,12 @@
 --   vramlua --max-seconds 0 --max-memory 4000 run tests/fuzz/knobs_eq.lua SEED SECONDS
 local vram = require("vram")
 local spec = require("stdlib.spec")
-local fit = require("stdlib.fit")
-local compose = require("stdlib.compose")
 local registry = require("models.registry")
+local compare = require("tests.lib.compare")
+local pick = compare.pick
 
 local seed, secs = tonumber((...)) or 1, tonumber((select(2, ...))) or 60
 math.randomseed(seed)
-
-local BIG = 1 << 50 -- every combination fits: all of them are compared
-local function all(run)
-  local list, base, levers = fit.knobs(run, BIG, 2)
-  local out = { base = base, levers = #levers }
-  for _, e in ipairs(list) do out[e.knobs] = { need = e.need, at = e.at_peak } end
-  return out
-end
-local function walked(run)
-  local keep = compose.keeping
-  compose.keeping = function(_, _, f, ...) return f(...) end
-  local ok, out = pcall(all, run)
-  compose.keeping = keep
-  if not ok then error(out, 0) end
-  return out
-end
-local function same(a, b)
-  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
-  for k, v in pairs(a) do if not same(v, b[k]) then return false end end
-  for k in pairs(b) do if a[k] == nil then return false end end
-  return true
-end
-local function pick(t) return t[math.random(#t)] end
 
 local n, bad, refused = 0, 0, 0
 local t0 = os.clock()
@@ -64,11 +41,11 @@ while os.clock() - t0 < secs do
   local ok, r = pcall(spec.normalize, doc, "knobs_eq.yaml", registry)
   local kept
   if ok then
-    ok, kept = pcall(all, r) -- a run the simulator refuses (Liger under autocast)
+    ok, kept = pcall(compare.knobs, r, 2) -- a run the simulator refuses (Liger under autocast)
     if not ok and type(kept) ~= "table" then error(kept, 0) end
   end
   if ok then
-    if not same(kept, walked(r)) then
+    if not compare.same(kept, compare.walked(compare.knobs, r, 2)) then
       bad = bad + 1
       print("MISMATCH " .. vram.json.encode(doc))
     end

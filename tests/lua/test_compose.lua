@@ -410,20 +410,29 @@ function tests.an_echo_replays_a_layer_with_its_ids_mapped()
   T.raises(function() tape:echo_replay({}, 0, 0, 0, 0) end, "composed layers", "spoiled")
 end
 
+-- A checkpointed layer on tape: x (s.x bytes) and weight w (s.w) through
+-- a hidden tensor (s.h) to an output of x's size, reading mask; s.temp the
+-- first node's backward scratch, s.scratch a forward temporary. Drops x;
+-- returns the output.
+local function ckpt_layer(tape, x, w, mask, s)
+  tape:ckpt_begin()
+  local h = tape:alloc(s.h, "activations", "layer.h")
+  tape:node({ x, w, mask }, { x, s.x, w, s.w }, { h }, s.temp, "layer.mm")
+  local y = tape:alloc(s.x, "activations", "layer.y")
+  tape:node({ h }, { h, s.h }, { y }, 0, "layer.act")
+  if s.scratch then tape:temp(s.scratch, "temporaries", "layer.scratch") end
+  tape:drop(h)
+  tape:ckpt_end({ x, w, mask }, { y }, "checkpoint")
+  tape:drop(x)
+  return y
+end
+
 -- An echo of a checkpointed layer replays its segment as a segment: the
 -- same live bytes, peaks and gradients as the layer built twice; an echo
 -- ended with its segment open is not replayed.
 function tests.an_echo_spans_a_checkpointed_segment()
   local function layer(tape, x, w, mask)
-    tape:ckpt_begin()
-    local h = tape:alloc(100, "activations", "h")
-    tape:node({ x, w, mask }, { x, 100, w, 64 }, { h }, 32, "mm")
-    local y = tape:alloc(100, "activations", "y")
-    tape:node({ h }, { h, 100 }, { y }, 0, "act")
-    tape:drop(h)
-    tape:ckpt_end({ x, w, mask }, { y }, "checkpoint")
-    tape:drop(x)
-    return y
+    return ckpt_layer(tape, x, w, mask, { x = 100, h = 100, w = 64, temp = 32 })
   end
   local function two(echo)
     local tape = vram.tape()
@@ -467,16 +476,8 @@ function tests.a_kept_echo_replays_on_another_tape_with_its_ids_mapped()
     return w, mask, tape:alloc(1000, "activations", "x")
   end
   local function layer(tape, x, w, mask)
-    tape:ckpt_begin()
-    local h = tape:alloc(3000, "activations", "layer.h")
-    tape:node({ x, w, mask }, { x, 1000, w, 4096 }, { h }, 64, "layer.mm")
-    local y = tape:alloc(1000, "activations", "layer.y")
-    tape:node({ h }, { h, 3000 }, { y }, 0, "layer.act")
-    tape:temp(5000, "temporaries", "layer.scratch")
-    tape:drop(h)
-    tape:ckpt_end({ x, w, mask }, { y }, "checkpoint")
-    tape:drop(x)
-    return y
+    return ckpt_layer(tape, x, w, mask, { x = 1000, h = 3000, w = 4096, temp = 64,
+      scratch = 5000 })
   end
   local function finish(tape, y, w)
     local l = tape:alloc(4, "activations", "loss")

@@ -4,7 +4,7 @@
 local vram = require("vram")
 local spec = require("stdlib.spec")
 local fit = require("stdlib.fit")
-local compose = require("stdlib.compose")
+local compare = require("tests.lib.compare")
 
 local root = vram.share_dir
 local tests = {}
@@ -186,19 +186,11 @@ function tests.no_lora_lever_under_te_fp8()
     "the spec refuses what the lever would have written")
 end
 
--- The data-parallel levers (issue 17): what a layout written out by hand
--- needs, estimated on its own, is what the advice says the lever needs.
 -- Layers kept from one simulation of the search for the next
 -- (stdlib/compose.lua M.keeping) change no figure: every combination's
 -- need and categories at the peak, with and without, on one GPU and under
--- layouts, dense, MoE and a VLM, checkpointed or not.
+-- layouts, dense and MoE, checkpointed or not.
 function tests.layers_kept_across_the_search_change_no_figure()
-  local function all(run)
-    local list, base, levers = fit.knobs(run, BIG, 2)
-    local out = { base = base, levers = #levers }
-    for _, e in ipairs(list) do out[e.knobs] = { need = e.need, at = e.at_peak } end
-    return out
-  end
   local cases = {
     { "dense, every layer checkpointed", run_of({ grad_checkpointing = "full" }) },
     { "dense, eager attention, LoRA", run_of({ attention = "eager",
@@ -212,17 +204,15 @@ function tests.layers_kept_across_the_search_change_no_figure()
     root .. "/tests/lua/spec.yaml", require("models.registry"))
   cases[#cases + 1] = { "MoE", moe }
   for _, c in ipairs(cases) do
-    local kept = all(c[2])
-    local keep = compose.keeping
-    compose.keeping = function(_, _, f, ...) return f(...) end -- every layer walked
-    local ok, walked = pcall(all, c[2])
-    compose.keeping = keep
-    if not ok then error(walked, 0) end
+    local kept = compare.knobs(c[2], 2)
+    local walked = compare.walked(compare.knobs, c[2], 2)
     T.ok(next(walked) ~= nil, c[1] .. ": combinations")
     T.eq(kept, walked, c[1])
   end
 end
 
+-- The data-parallel levers (issue 17): what a layout written out by hand
+-- needs, estimated on its own, is what the advice says the lever needs.
 local function by_knobs(list)
   local t = {}
   for _, e in ipairs(list) do t[e.knobs] = e end

@@ -1,0 +1,41 @@
+-- What the equality checks share (tests/lua/test_fit.lua and the fuzzers
+-- tests/fuzz/compose_eq.lua, knobs_eq.lua): deep equality, a random pick,
+-- and fit.knobs' answer as one table, with the layers kept across its
+-- simulations (stdlib/compose.lua M.keeping) or every layer walked.
+local fit = require("stdlib.fit")
+local compose = require("stdlib.compose")
+
+local M = {}
+
+M.BIG = 1 << 50 -- a budget every combination fits: all of them are listed
+
+function M.same(a, b)
+  if type(a) ~= "table" or type(b) ~= "table" then return a == b end
+  for k, v in pairs(a) do if not M.same(v, b[k]) then return false end end
+  for k in pairs(b) do if a[k] == nil then return false end end
+  return true
+end
+
+function M.pick(t) return t[math.random(#t)] end
+
+-- Every combination of up to `depth` levers fit.knobs lists for run under
+-- M.BIG: its need and categories at the peak, with the base and the lever
+-- count.
+function M.knobs(run, depth)
+  local list, base, levers = fit.knobs(run, M.BIG, depth)
+  local out = { base = base, levers = #levers }
+  for _, e in ipairs(list) do out[e.knobs] = { need = e.need, at = e.at_peak } end
+  return out
+end
+
+-- f(...) with no layer kept across simulations: every one walked.
+function M.walked(f, ...)
+  local keep = compose.keeping
+  compose.keeping = function(_, _, g, ...) return g(...) end
+  local out = table.pack(pcall(f, ...))
+  compose.keeping = keep
+  if not out[1] then error(out[2], 0) end
+  return table.unpack(out, 2, out.n)
+end
+
+return M
