@@ -153,6 +153,8 @@ local function probes(names, held, nfurther)
   return out, deg
 end
 
+M.probes = probes
+
 -- Fits a program over names; nil and the reason when refused.
 local function fit(run, names, held, exact)
   local ps, deg = probes(names, held, #names > 2 and 2 or 1)

@@ -20,15 +20,19 @@
 -- too (K:peak{tp = 2, pp = 4, dp = 1, zero = 3, batch = 2, seq = 8192}; the
 -- value knobs.UNSET removes a field), and K:peak answers the largest rank's
 -- device total, the figure `vramlua estimate` reports for the spec edited
--- by hand (stdlib/parallel.lua budget). Such a spec is not compiled
--- (K.refused.parallel says why): each distinct knob set is simulated once
--- and kept, and the measuring passes of equal rank-local runs are shared
--- (parallel.search).
+-- by hand (stdlib/parallel.lua budget). batch and seq are sizes of one
+-- compiled budget per layout (stdlib/compiled_parallel.lua; every other
+-- knob is its structure, compiled on first use and kept); a layout whose
+-- budget does not compile (K.failed, and K.refused.parallel for the spec's
+-- own, say why), K:eval, and the points no program answers are simulated,
+-- each distinct knob set once and kept, the measuring passes of equal
+-- rank-local runs shared (parallel.search).
 local compiled = require("stdlib.compiled")
 local errors = require("stdlib.errors")
 local spec = require("stdlib.spec")
 local step = require("stdlib.step")
 local par = require("stdlib.parallel")
+local compiled_parallel = require("stdlib.compiled_parallel")
 local runs = require("stdlib.run")
 
 local M = {}
@@ -88,13 +92,6 @@ local STRUCTURAL = { "layers", "vision_layers", "images", "ckpt", "ckpt_segment"
 
 local K = {}
 K.__index = K
-
--- Why a parallel spec is simulated, not compiled: programs count tensor
--- bytes, each rounded to one block, and a rank's figure is more than that.
-M.PARALLEL_REFUSED = "a rank's device total is the caching allocator's reserved peak (every "
-  .. "tensor above 10 MiB its own segment rounded to 2 MiB), which programs do not count, and "
-  .. "a pipeline stage holds its in-flight micro-batches as one block of a measured sum of "
-  .. "rounded tensors: neither is a polynomial in batch and seq"
 
 -- The spec with knobs k applied (every knob of k, symbolic or not).
 function K:spec_with(k)
@@ -261,9 +258,40 @@ local function table_of_knobs(k, method)
   end
 end
 
+-- The compiled budget (stdlib/compiled_parallel.lua) of the layout k
+-- names with every knob but batch and seq, compiled on first use; nil
+-- when it does not compile (K.failed says why).
+function K:layout(k)
+  local rest, key = {}, ""
+  for name, v in pairs(k) do
+    if name ~= "batch" and name ~= "seq" then
+      rest[name] = v
+      key = nil
+    elseif math.type(v) ~= "integer" or v < 1 or v > LIMIT[name] then
+      self:check(name, v)
+    end
+  end
+  key = key or runs.key(rest, {})
+  local e = self.layouts[key]
+  if e == nil then
+    local t0 = os.clock()
+    local why
+    e, why = compiled_parallel.compile(spec.normalize(self:spec_with(rest), self.where,
+      self.families))
+    self.compile_s, self.programs = self.compile_s + (os.clock() - t0), self.programs + 1
+    if not e then self.failed[#self.failed + 1] = why end
+    self.layouts[key] = e or false
+  end
+  return e or nil
+end
+
 function K:peak(k)
   table_of_knobs(k, "peak")
-  if self.parallel then return self:budget(k).device_total_bytes end
+  if self.parallel then
+    local e = self:layout(k)
+    local v = e and e:device_total(k.batch or e.run.batch, k.seq or e.run.seq)
+    return v or self:budget(k).device_total_bytes
+  end
   local e = self:entry(k)
   if not e or (k.image and e.image and not self:tokens(k.image)) then
     return self:simulate(k).peak
@@ -322,8 +350,8 @@ function M.new(spec_table, where, families)
     refused = {} }, K)
   if base.parallel then
     self.parallel, self.budgets, self.search = true, {}, par.search(base)
-    self.simulated, self.simulate_s = 0, 0
-    self.refused.parallel = M.PARALLEL_REFUSED
+    self.simulated, self.simulate_s, self.layouts = 0, 0, {}
+    if not self:layout({}) then self.refused.parallel = self.failed[#self.failed] end
     return self
   end
   -- the symbolic sizes: those the base run has and a program can take

@@ -29,6 +29,10 @@ local Sim = require("stdlib.sim")
 
 local M = {}
 
+-- What a compiled estimate's probe raises where the layout has no program
+-- in batch and seq (stdlib/compiled_parallel.lua reports the rest).
+M.NOT_COMPILED = "not compiled: "
+
 M.FSDP = { "full_shard", "shard_grad_op", "hybrid_shard", "no_shard" }
 M.OFFLOAD = { "none", "cpu", "nvme" }
 M.SCHEDULES = { "1f1b", "interleaved" }
@@ -460,6 +464,30 @@ local function each_param(list, f)
   end
 end
 
+-- Under a compiled estimate's probe (run.trace: stdlib/compiled_parallel.lua)
+-- tensors count exact bytes and the program rounds each change as the run's
+-- allocator would. The layout's own buffers are sums and multiples of
+-- rounded sizes, so a probe rounds them first, to the run's block: the
+-- block (nil outside a probe), and bytes(dt, n) and the bytes of a list's
+-- parameters (Sim.sum) as the run's allocator counts them.
+local function probe_block(run)
+  if not run.trace then return nil end
+  local a = frameworks.get(run.kernels_of or run.framework).allocator
+  return a and a.round or nil
+end
+
+local function sizer(S, block)
+  if not block then return function(dt, n) return S:bytes(dt, n) end end
+  return function(dt, n) return vram.round_up(nbytes(dt, n), block) end
+end
+
+local function sum_bytes(list, block)
+  if not block then return Sim.sum(list, "b") end
+  local s = 0
+  each_param(list, function(p, c) s = s + vram.round_up(p.b, block) * c end)
+  return s
+end
+
 -- How pass runs a step's layout allocations and its forward and backward
 -- segments. Run: on the tape, each segment's window recorded when `rec`
 -- (a table) is given. Replay: from such a record (lean searches, M.search):
@@ -563,6 +591,8 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
   end
   local tape = S.tape
   local scheme = scheme_of(L)
+  local block = probe_block(run)
+  local B = sizer(S, block) -- the layout's own buffers (probe_block above)
   -- a lean search: replayed, the recorded pass's model (its tape as built
   -- follows, Replay); recording, this one's
   local rec = lean and lean.rec or (lean and {})
@@ -644,7 +674,7 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
     each_param(tr, function(p, c) add_state("optimizer_state", state_bytes(p.n, p.dt) * c) end)
     if L.dp * L.cp > 1 and not L.bucket_view and L.fsdp ~= "no_shard" then
       -- the reducer's flat buckets span every gradient once more
-      tape:alloc(Sim.sum(tr, "b"), "buffers", "ddp.buckets")
+      tape:alloc(sum_bytes(tr, block), "buffers", "ddp.buckets")
       assume(("DDP buckets: a second copy of the gradients (%d MB cap per bucket; "
         .. "gradient_as_bucket_view=false)"):format(L.bucket_cap_mb))
     end
@@ -682,12 +712,12 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
       end
     else
       if master then
-        tape:alloc(S:bytes(master, part), "master_weights", "zero.fp32_partition")
+        tape:alloc(B(master, part), "master_weights", "zero.fp32_partition")
         add_state("master_weights", master_b)
       end
       optim.init_state(S, state_params({ part }, mdt), opt)
       add_state("optimizer_state", opt_bytes)
-      opt_transient = S:bytes(mdt, scheme == "zero3" and math.min(part, L.sub_group) or part)
+      opt_transient = B(mdt, scheme == "zero3" and math.min(part, L.sub_group) or part)
       add_state("fp32_grad_partition", fp32_grad)
       opt_parts = nil -- FusedAdam updates in place: no step temporaries
       assume("ZeRO optimizer: fused Adam over flat partitions, no step temporaries")
@@ -699,7 +729,7 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
         resident = resident + (p.n < L.persistence and p.n or ceil_div(p.n, group(p))) * c
       end)
       if off.params == "none" then
-        tape:alloc(S:bytes(cdt, resident), "weights", "zero3.param_partitions")
+        tape:alloc(B(cdt, resident), "weights", "zero3.param_partitions")
       elseif off.params == "cpu" then
         info.host = info.host + nbytes(cdt, resident)
       else
@@ -712,28 +742,28 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
       -- gradients reduce-scattered into a flat 16-bit partition buffer
       -- (offloaded: straight into pinned host buffers)
       if not host_opt then
-        tape:alloc(S:bytes(cdt, part), "gradients", "zero3.grad_partitions")
+        tape:alloc(B(cdt, part), "gradients", "zero3.grad_partitions")
         add_state("gradients", nbytes(cdt, part))
       end -- offloaded: reduced straight into the host fp32 gradient buffer
       -- gathered window: the module in use plus the prefetch bucket, capped
       -- by stage3_max_live_parameters
       local win = math.min(largest + L.prefetch_bucket, math.max(L.max_live, largest), total)
-      fwd_window = S:bytes(cdt, win)
-      bwd_window = fwd_window + S:bytes(cdt, largest) -- + the module's full gradient
-      bwd_buffers = S:bytes(cdt, math.min(L.reduce_bucket, trainable))
+      fwd_window = B(cdt, win)
+      bwd_window = fwd_window + B(cdt, largest) -- + the module's full gradient
+      bwd_buffers = B(cdt, math.min(L.reduce_bucket, trainable))
       add_state("largest_layer_params_and_grads", nbytes(cdt, largest) * 2)
       assume(("ZeRO-3 gathered window: largest module (%d) + prefetch bucket, "
         .. "steady state over the whole forward/backward"):format(largest))
     else
       local full = total
       if scheme == "zero2" then
-        tape:alloc(S:bytes(cdt, full), "weights", "zero.bit16_params")
+        tape:alloc(B(cdt, full), "weights", "zero.bit16_params")
         -- gradients land in the bucket, then in this rank's partition
         local ipg = L.contiguous_gradients and
-          S:bytes(cdt, math.min(L.reduce_bucket, trainable)) * (L.overlap_comm and 2 or 1) or 0
+          B(cdt, math.min(L.reduce_bucket, trainable)) * (L.overlap_comm and 2 or 1) or 0
         bwd_buffers = ipg
         if not host_opt then -- offloaded: copied into pinned host buffers instead
-          info.grad_partition = S:bytes(cdt, part)
+          info.grad_partition = B(cdt, part)
           add_state("gradients", nbytes(cdt, part))
         end
       else
@@ -742,7 +772,7 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
           if p.rg then add_state("gradients", nbytes(cdt, p.n) * c) end
         end)
         bwd_buffers = 0
-        info.reduce_tail = S:bytes(cdt, math.min(L.reduce_bucket, trainable))
+        info.reduce_tail = B(cdt, math.min(L.reduce_bucket, trainable))
       end
       add_state("weights", nbytes(cdt, full))
     end
@@ -772,7 +802,7 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
       info.host = info.host + nbytes(sdt, shard_total) * 2 + opt_bytes
     else
       for i, s in ipairs(shard_parts) do
-        tape:alloc(S:bytes(sdt, s), sdt ~= cdt and "master_weights" or "weights",
+        tape:alloc(B(sdt, s), sdt ~= cdt and "master_weights" or "weights",
           "fsdp.shard" .. (i == 1 and ".root" or ""))
       end
       add_state(sdt ~= cdt and "master_weights" or "weights", nbytes(sdt, shard_total))
@@ -785,9 +815,9 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
     end
     -- unsharded compute-dtype copies: the root unit (embedding, norm, head)
     -- stays gathered through the step; layer units are gathered in turn
-    local ubytes = S:bytes(cdt, unit_max)
+    local ubytes = B(cdt, unit_max)
     if sdt ~= cdt or N > 1 then
-      tape:alloc(S:bytes(cdt, root.n), "weights", "fsdp.root_unsharded")
+      tape:alloc(B(cdt, root.n), "weights", "fsdp.root_unsharded")
     end
     if L.reshard then
       fwd_window = 2 * ubytes -- current unit + the one prefetched (rate limiter)
@@ -796,11 +826,11 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
           .. "units (a lower bound)")
       end
     else
-      fwd_window = S:bytes(cdt, total - root.n) -- every unit stays gathered until backward
+      fwd_window = B(cdt, total - root.n) -- every unit stays gathered until backward
     end
     bwd_window = 2 * ubytes + ubytes -- current + prefetched unit, the current unit's grads
     if not L.reshard then bwd_window = fwd_window + ubytes end
-    bwd_buffers = S:bytes(cdt, ceil_div(unit_max, N)) -- reduce-scatter output
+    bwd_buffers = B(cdt, ceil_div(unit_max, N)) -- reduce-scatter output
     add_state("unsharded_unit", nbytes(cdt, unit_max))
     assume("FSDP units: one per decoder layer plus the root (embedding, final norm, head)")
   end
@@ -839,6 +869,9 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
   -- steady window over the pass, as the step re-sends them every layer
   local ring = 0
   if L.cp > 1 then
+    if block then -- four rounded blocks of a size: no polynomial in batch and seq
+      error(M.NOT_COMPILED .. "ring attention's K/V buffers (cp > 1) are 4 x a rounded size", 0)
+    end
     local m = run.text
     ring = 2 * 2 * S:bytes(cdt, run.batch * run.seq * m.kv_heads * m.head_dim)
     info.assumptions[#info.assumptions + 1] = "ring attention: double-buffered K/V blocks "
@@ -848,8 +881,13 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
   local X = built and replay(tape, rec) or setmetatable({ tape = tape, rec = rec }, Run)
   local held_block
   if held and held > 0 and role.inflight > 1 then
-    held_block = X:alloc(held * (role.inflight - 1), "activations",
-      ("pp.in_flight x%d"):format(role.inflight - 1))
+    local label = ("pp.in_flight x%d"):format(role.inflight - 1)
+    if block then -- a probe: the held bytes are the program's input 1
+      tape:trace_input(1, role.inflight - 1, "activations", label)
+      held_block = label
+    else
+      held_block = X:alloc(held * (role.inflight - 1), "activations", label)
+    end
   end
   local fw = fwd_window > 0 and X:alloc(fwd_window, "weights", "gathered_params.forward")
   for mb = 1, n_mb do
@@ -858,6 +896,8 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
       fw = X:alloc(fwd_window, "weights", "gathered_params.forward")
     end
     local rf = ring > 0 and X:alloc(ring, "buffers", "cp.ring_kv")
+    -- a probe's measuring pass: the forward alone is traced (held below)
+    if block and not held then tape:trace(run.batch, run.seq) end
     local before = tape:live()
     local root, cut = X:segment("forward", mb, function()
       if run.autocast then S:autocast_enter(run.autocast) end
@@ -878,7 +918,12 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
       rec.held = rec.forward1.live - (sends and root.b or 0)
     end
     if not held then -- the measuring pass: nothing after this is read
-      return nil, { held = tape:live() - before - (sends and root.b or 0) }
+      local sent = sends and root.b or 0
+      if block then -- a probe: the forward's program, and the sent bytes as the run counts them
+        return nil, { trace = tape:take_trace(), names = tape:names(),
+          sent = vram.round_up(sent, block) }
+      end
+      return nil, { held = tape:live() - before - sent }
     end
     if rf then X:drop(rf) end
     st_ends.forward_end = st_ends.forward_end or tape:live()
@@ -895,7 +940,7 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
     if info.grad_shards and not info.gs_ids then
       info.gs_ids = {}
       for i, s in ipairs(info.grad_shards) do
-        info.gs_ids[i] = X:alloc(S:bytes(info.grad_dt, s), "gradients", "fsdp.grad_shard")
+        info.gs_ids[i] = X:alloc(B(info.grad_dt, s), "gradients", "fsdp.grad_shard")
       end
     end
     cut = X:segment("backward", mb, function()
@@ -910,7 +955,11 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
     if rb then X:drop(rb) end
     if fw then X:drop(fw); fw = nil end
   end
-  if held_block then X:drop(held_block) end
+  if block and held_block then
+    tape:trace_input(1, 1 - role.inflight, "activations", held_block)
+  elseif held_block then
+    X:drop(held_block)
+  end
   st_ends.backward_end = tape:live()
   X:phase("optimizer")
   if opt_transient > 0 then
@@ -929,6 +978,7 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
   for _, id in ipairs(info.gs_ids or {}) do tape:drop(id) end
   for _, x in ipairs(inputs) do S:drop(x) end
   local st = tape:stats()
+  if block then st.trace, st.names = tape:take_trace(), tape:names() end -- a probe's program
   -- nil unless recorded (stdlib.timeline loads only then)
   st.timeline = tape:timeline_len() > 0 and require("stdlib.timeline").collect(tape) or nil
   st.baseline, st.phase_end = base, st_ends
@@ -1015,6 +1065,18 @@ local function simulate(run, L, role, lrun, search, cutoff, measured)
   return st, info, lrun
 end
 
+-- A compiled estimate's probe of one role (stdlib/compiled_parallel.lua):
+-- lrun is the rank-local run traced (run.trace, exact bytes); measuring:
+-- the measuring pass's forward -> {trace, names, sent}, else the step with
+-- the held bytes as the program's input 1 -> its stats with trace, names.
+function M.probe_role(lrun, L, role, measuring)
+  if measuring then
+    local _, info = pass(lrun.sim, lrun, L, role, nil, L.vstages > 1)
+    return info
+  end
+  return (pass(lrun.sim, lrun, L, role, 1))
+end
+
 -- Simulates one role: a measuring pass for the bytes a micro-batch's
 -- forward holds, then the step with the in-flight ones in place. search
 -- (optional, M.search): measurements of equal keys are shared.
@@ -1044,6 +1106,9 @@ local function comms(L)
   return n
 end
 
+-- The NCCL buffers every rank of layout L holds outside the allocator.
+function M.nccl_bytes(L) return comms(L) * M.NCCL_PER_COMM end
+
 -- The budget of a parallel run: per_rank (one per pipeline stage, with the
 -- ranks it stands for) and the largest rank's figures at the top level;
 -- second, each role's timeline (when run.timeline), in per_rank's order,
@@ -1058,7 +1123,7 @@ function M.budget(run, gpu_name, search)
   local L = run.parallel
   local per, top, timelines = {}, nil, {}
   local gpu = gpus.find(gpu_name or run.gpu)
-  local nccl = comms(L) * M.NCCL_PER_COMM
+  local nccl = M.nccl_bytes(L)
   local shapes = {} -- a simulated role's run but its layout -> its in-flight count
   -- the run but its layout and master_dtype, as a string: with
   -- M.local_inputs, what names a rank-local run's measuring key in a

@@ -751,6 +751,22 @@ static int l_trace(lua_State *L) {
   return st ? fail(L, "trace", st) : 0;
 }
 
+/* t:trace_input(slot, times, category [, label]): in a trace, times x input
+ * slot's bytes (1..4) allocated here (times < 0: freed), given when the
+ * program is evaluated (prog:device) */
+static int l_trace_input(lua_State *L) {
+  ltape *u = box(L);
+  lua_Integer slot = luaL_checkinteger(L, 2);
+  lua_Integer times = luaL_checkinteger(L, 3);
+  int cat = checkcat(L, u, 4);
+  const char *label = optname(L, 5);
+  if (slot < 1 || slot > 4) return luaL_argerror(L, 2, "an input slot is 1 to 4");
+  vr_tape *t = tape(L, u);
+  vr_status st = vr_tape_trace_input(t, (int)slot - 1, (int64_t)times, cat,
+                                     intern(L, u, t, label, "trace_input"));
+  return st ? fail(L, "trace_input", st) : 0;
+}
+
 /* t:take_trace() -> vram.trace (nil when the tape was not tracing) */
 static int l_take_trace(lua_State *L) {
   ltape *u = box(L);
@@ -1017,7 +1033,7 @@ static const luaL_Reg methods[] = {
     {"phase", l_phase},       {"grad", l_grad},           {"bytes", l_bytes},
     {"live", l_live},         {"stats", l_stats},         {"reset", l_reset},
     {"rounding", l_rounding}, {"bulk", l_bulk},           {"bulk_end", l_bulk_end},
-    {"trace", l_trace},       {"take_trace", l_take_trace}, {"mark", l_mark},
+    {"trace", l_trace},       {"take_trace", l_take_trace}, {"trace_input", l_trace_input}, {"mark", l_mark},
     {"names", l_names},       {"timeline", l_timeline},   {"timeline_len", l_timeline_len},
     {"timeline_event", l_timeline_event}, {"timeline_repeat", l_timeline_repeat},
     {"timeline_collect", l_timeline_collect}, {"capture", l_capture},

@@ -52,16 +52,36 @@ static int64_t field(lua_State *L, int idx, int i, int arg, const char *what) {
   return (int64_t)v;
 }
 
-/* vram.fit_program(traces, names, round, probes, degrees) -> program | nil, reason
+/* The integer field k of the table at idx, >= 0. */
+static int64_t named(lua_State *L, int idx, const char *k, int arg) {
+  lua_getfield(L, idx, k);
+  int ok = 0;
+  lua_Integer v = lua_tointegerx(L, -1, &ok);
+  lua_pop(L, 1);
+  if (!ok || v < 0) luaL_argerror(L, arg, lua_pushfstring(L, "%s must be an integer >= 0", k));
+  return (int64_t)v;
+}
+
+/* vram.fit_program(traces, names, round, probes, degrees [, blocks]) ->
+ * program | nil, reason
  * probes: each trace's sizes ({batch, seq, ...}); degrees: each size's
  * degree. The first prod(degree + 1) traces are the grid (trace.h), the
- * rest confirm. */
+ * rest confirm. blocks ({small_max = B, large_round = B}, the tape's
+ * rounding): a device program (prog:device), which counts reserved bytes
+ * and reads the traces' inputs. */
 static int l_fit(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_checktype(L, 2, LUA_TTABLE);
   int64_t round = lua_isnoneornil(L, 3) ? 0 : vb_checkint(L, 3, 0, "rounding");
   luaL_checktype(L, 4, LUA_TTABLE);
   luaL_checktype(L, 5, LUA_TTABLE);
+  vr_blocks blocks = {0, 0};
+  bool device = !lua_isnoneornil(L, 6);
+  if (device) {
+    luaL_checktype(L, 6, LUA_TTABLE);
+    blocks.small_max = named(L, 6, "small_max", 6);
+    blocks.large_round = named(L, 6, "large_round", 6);
+  }
   lua_settop(L, 5);
   lua_Integer k = luaL_len(L, 1), nv = luaL_len(L, 5);
   if (k < 2 || k > 512) return luaL_argerror(L, 1, "expected 2 to 512 probe traces");
@@ -93,7 +113,7 @@ static int l_fit(lua_State *L) {
   for (int v = 0; v < g.nvars; v++) g.base[v] = sizes[v];
   const char *why = NULL;
   box *b = newbox(L, PROGRAM, NULL); /* first: raising later would leak the program */
-  b->tr = vr_trace_fit(trs, (int)k, &g, sizes, round, &why);
+  b->tr = vr_trace_fit(trs, (int)k, &g, sizes, round, device ? &blocks : NULL, &why);
   if (!b->tr) {
     luaL_pushfail(L);
     lua_pushstring(L, why && *why ? why : "out of memory");
@@ -115,12 +135,18 @@ static void push_name(lua_State *L, int index) {
 }
 
 /* The program at 1 and its sizes from the arguments 2.., checked: one per
- * size, >= 1, a size of degree 0 at the program's own value. */
-static const vr_trace *arguments(lua_State *L, int64_t sizes[VR_MAXVARS]) {
+ * size, >= 1, a size of degree 0 at the program's own value; then `more`
+ * arguments. A device program answers only prog:device, the others all
+ * but it. */
+static const vr_trace *arguments(lua_State *L, int64_t sizes[VR_MAXVARS], bool device, int more) {
   const vr_trace *prog = checkbox(L, 1, PROGRAM, 1);
   const vr_grid *g = &prog->grid;
-  if (lua_gettop(L) != 1 + g->nvars)
-    luaL_error(L, "this program takes %d sizes, got %d", (int)g->nvars, lua_gettop(L) - 1);
+  if (prog->device != device)
+    luaL_error(L, device ? "this program counts allocated bytes only: use peak or eval"
+                         : "a device program answers only prog:device");
+  if (lua_gettop(L) != 1 + g->nvars + more)
+    luaL_error(L, "this program takes %d sizes%s, got %d arguments", (int)g->nvars,
+               more ? lua_pushfstring(L, " and %d inputs", more) : "", lua_gettop(L) - 1);
   for (int v = 0; v < g->nvars; v++) {
     sizes[v] = vb_checkint(L, v + 2, 1, "size");
     if (g->degree[v] == 0 && sizes[v] != g->base[v])
@@ -147,7 +173,7 @@ static int overflow(lua_State *L, const char *method, const vr_trace *prog, cons
 /* Evaluates the program at the arguments' sizes, or raises the overflow. */
 static void evaluate(lua_State *L, const char *method, vr_trace_result *r) {
   int64_t sizes[VR_MAXVARS];
-  const vr_trace *prog = arguments(L, sizes);
+  const vr_trace *prog = arguments(L, sizes, false, 0);
   if (!vr_trace_eval(prog, sizes, r)) overflow(L, method, prog, sizes);
 }
 
@@ -174,10 +200,26 @@ static int l_eval(lua_State *L) {
 /* prog:peak(batch, seq, ...) -> bytes: the hot path, no tables */
 static int l_peak(lua_State *L) {
   int64_t sizes[VR_MAXVARS], peak = 0;
-  const vr_trace *prog = arguments(L, sizes);
+  const vr_trace *prog = arguments(L, sizes, false, 0);
   if (!vr_trace_peak(prog, sizes, &peak)) overflow(L, "peak", prog, sizes);
   lua_pushinteger(L, (lua_Integer)peak);
   return 1;
+}
+
+/* prog:device(batch, seq, ..., input...) -> reserved peak, allocated peak,
+ * live bytes at the end (a device program: the tape's allocator counts) */
+static int l_device(lua_State *L) {
+  int64_t sizes[VR_MAXVARS], inputs[VR_MAXINPUTS] = {0};
+  const vr_trace *dprog = checkbox(L, 1, PROGRAM, 1);
+  const vr_trace *prog = arguments(L, sizes, true, dprog->ninputs);
+  for (int i = 0; i < prog->ninputs; i++)
+    inputs[i] = vb_checkint(L, 2 + prog->grid.nvars + i, 0, "input");
+  vr_trace_device_result r;
+  if (!vr_trace_device(prog, sizes, inputs, &r)) overflow(L, "device", prog, sizes);
+  lua_pushinteger(L, (lua_Integer)r.peak_reserved);
+  lua_pushinteger(L, (lua_Integer)r.peak);
+  lua_pushinteger(L, (lua_Integer)r.live);
+  return 3;
 }
 
 static int l_len(lua_State *L) {
@@ -193,7 +235,8 @@ static int l_plan_len(lua_State *L) {
 }
 
 static const luaL_Reg program_methods[] = {
-    {"eval", l_eval}, {"peak", l_peak}, {"plan_len", l_plan_len}, {NULL, NULL}};
+    {"eval", l_eval},         {"peak", l_peak}, {"device", l_device},
+    {"plan_len", l_plan_len}, {NULL, NULL}};
 
 static const luaL_Reg box_meta[] = {{"__gc", box_gc}, {"__len", l_len}, {NULL, NULL}};
 

@@ -318,10 +318,21 @@ vr_status vr_tape_trace(vr_tape *t, int64_t batch, int64_t seq) {
   if (!t->trace) return VR_ENOMEM;
   t->trace->batch = batch;
   t->trace->seq = seq;
+  t->trace->mark0 = t->marks; /* its marks are numbered from here */
   /* the phase already set belongs to the trace too */
   if (!vr_trace_push(t->trace, (vr_op){VR_OP_PHASE, 0, t->phase, 0, 0, 0, 0, {0}}))
     return VR_ENOMEM;
   return VR_OK;
+}
+
+vr_status vr_tape_trace_input(vr_tape *t, int slot, int64_t times, int cat, int label) {
+  if (!t->trace) return VR_ENOTRECORD;
+  if (slot < 0 || slot >= VR_MAXINPUTS) return VR_EBADID;
+  if (cat < 0 || cat >= VR_NCAT) return VR_ECAT;
+  spoil_all(t);
+  return vr_trace_push(t->trace, (vr_op){VR_OP_INPUT, cat, label, slot, times, 0, 0, {0}})
+             ? VR_OK
+             : VR_ENOMEM;
 }
 
 vr_trace *vr_tape_take_trace(vr_tape *t) {
@@ -334,7 +345,8 @@ vr_status vr_tape_mark(vr_tape *t, int64_t *live) {
   spoil_all(t);
   *live = t->st.live;
   if (t->trace &&
-      !vr_trace_push(t->trace, (vr_op){VR_OP_MARK, 0, -1, t->marks, 0, 0, 0, {0}}))
+      !vr_trace_push(t->trace,
+                     (vr_op){VR_OP_MARK, 0, -1, t->marks - t->trace->mark0, 0, 0, 0, {0}}))
     return VR_ENOMEM;
   t->marks++;
   return VR_OK;
@@ -972,7 +984,8 @@ vr_status vr_tape_bulk(vr_tape *t, int64_t per_iter, int64_t per_iter_reserved, 
   if (iters == 0) nper = 0; /* no layers: no edges to read, whatever nper says */
   while (slot < t->nbulks && t->bulks[slot].edges) slot++;
   if (slot >= VR_MAX_BULKS) return VR_ETOOMANY;
-  if (t->trace && t->marks < 2) return VR_ECOMPOSE; /* the layer's two marks are missing */
+  /* the layer's two marks are missing */
+  if (t->trace && t->marks - t->trace->mark0 < 2) return VR_ECOMPOSE;
   if (!vr_mul(per_iter, iters, &total) || !vr_mul(iters, nper, &n) ||
       !vr_mul(per_iter_reserved < 0 ? 0 : per_iter_reserved, iters, &rtotal) ||
       (uint64_t)n > SIZE_MAX / sizeof *copy)
@@ -995,7 +1008,7 @@ vr_status vr_tape_bulk(vr_tape *t, int64_t per_iter, int64_t per_iter_reserved, 
   /* cannot fail: reserved above */
   if (t->trace)
     vr_trace_push(t->trace, (vr_op){VR_OP_BULK_FWD, VR_CAT_ACTIV, label, slot, iters,
-                                    t->marks - 2, 0, {0}});
+                                    t->marks - 2 - t->trace->mark0, 0, {0}});
   /* cannot fail: room for the tensor and the node was reserved above */
   t->tensors.v[t->tensors.n++] = (tensor){total, -1, 1, 1, VR_CAT_ACTIV, 1, 0, 1};
   bulk *b = &t->bulks[slot];

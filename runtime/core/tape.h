@@ -172,6 +172,11 @@ vr_status vr_tape_echo_take(vr_tape *t, const void *buf, size_t size, const int6
 struct vr_trace;
 vr_status vr_tape_trace(vr_tape *t, int64_t batch, int64_t seq);
 struct vr_trace *vr_tape_take_trace(vr_tape *t);
+/* In a trace: `times` x an input's bytes allocated (times > 0) or freed
+ * (< 0) here, the bytes given when the program is evaluated (trace.h
+ * VR_OP_INPUT); the tape itself counts nothing. VR_ENOTRECORD when not
+ * tracing. */
+vr_status vr_tape_trace_input(vr_tape *t, int slot, int64_t times, int cat, int label);
 /* Live bytes now; in a trace, a mark the composed layers measure from. */
 vr_status vr_tape_mark(vr_tape *t, int64_t *live);
 

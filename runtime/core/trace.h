@@ -19,9 +19,15 @@
 enum {
   VR_OP_DELTA, VR_OP_PHASE, VR_OP_MARK, VR_OP_BULK_FWD, VR_OP_MEASURE, VR_OP_BULK_BWD,
   VR_OP_CONST, /* a fitted DELTA that does not depend on the sizes, already rounded */
-  VR_OP_GRAD   /* traces only: after a BULK_BWD, one per layer parameter (value: its
+  VR_OP_GRAD,  /* traces only: after a BULK_BWD, one per layer parameter (value: its
                   gradient's bytes), so a program rounds them to its own block */
+  VR_OP_INPUT  /* value x input `slot`'s bytes, given at evaluation (an allocation when
+                  value > 0, a free when < 0): bytes no polynomial gives, such as a
+                  pipeline stage's in-flight micro-batches, a sum of rounded tensors that
+                  another program measures. Device programs only (vr_trace_device). */
 };
+
+#define VR_MAXINPUTS 4 /* a device program's inputs */
 
 /* vr_op's coef: unused since programs keep their coefficients in their own
  * table (coefs, any number of sizes); the tape's initializers still name it. */
@@ -55,11 +61,38 @@ typedef struct {
 
 typedef struct vr_plan vr_plan; /* a program's peak-only evaluation (trace_peak.c) */
 
+/* A device program's term: coef x monomial `mono`. */
+typedef struct {
+  int64_t coef, mono;
+} vr_term;
+
+/* A device program's distinct tensor sizes: a step allocates and frees a
+ * few dozen sizes thousands of times, so vr_trace_device evaluates each
+ * once (terms [first, first + n), exact when every coefficient is a
+ * multiple of the block) and its DELTA and GRAD ops name one (extra: the
+ * size, extra_rounded: +1 or -1, an allocation or a free). */
+typedef struct {
+  int32_t first, n;
+  bool exact;
+} vr_size;
+
+#define VR_MAXSIZES 2048 /* distinct sizes of a device program */
+
 typedef struct vr_trace {
   vr_op *ops;
   size_t n, cap;
   int64_t batch, seq;             /* traces: the tape's (batch, seq) when recorded */
   int64_t round;                  /* programs: the allocator block every tensor rounds to */
+  int64_t mark0;                  /* traces: the tape's marks made before it began */
+  /* device programs (vr_trace_fit with blocks): a request above small_max reserves a
+   * block rounded to large_round instead of round (the tape's rounding, tape.h) */
+  bool device;
+  int64_t small_max, large_round;
+  int32_t ninputs;                /* device programs: the inputs VR_OP_INPUT reads */
+  vr_term *terms;                 /* device programs: the distinct sizes' terms */
+  size_t nterms, terms_cap;
+  vr_size *sizes;                 /* device programs: the distinct sizes */
+  size_t nsizes, sizes_cap;
   vr_mem mem;                     /* where ops (and the trace itself, if new) live */
   /* programs: */
   vr_grid grid;                   /* the sizes, their degrees and fixed values */
@@ -87,8 +120,18 @@ void vr_trace_release(vr_trace *tr);
  * every DELTA value must be an integer polynomial of those degrees.
  * Returns NULL (and a reason) otherwise. The program is allocated through
  * the first trace's allocator. */
+/* The caching allocator's blocks (tape.h vr_tape_rounding): a device
+ * program counts reserved bytes as the tape does. */
+typedef struct {
+  int64_t small_max, large_round;
+} vr_blocks;
+
+/* blocks: NULL for a program of allocated bytes (vr_trace_eval,
+ * vr_trace_peak); else a device program, which also counts the reserved
+ * bytes and may read inputs (vr_trace_device only). */
 vr_trace *vr_trace_fit(const vr_trace *const *traces, int k, const vr_grid *grid,
-                       const int64_t *sizes, int64_t round, const char **why);
+                       const int64_t *sizes, int64_t round, const vr_blocks *blocks,
+                       const char **why);
 
 typedef struct {
   int64_t peak;
@@ -120,6 +163,17 @@ bool vr_trace_eval(const vr_trace *prog, const int64_t *sizes, vr_trace_result *
  * reports an overflow), several times faster: no categories, fewer ops
  * (trace_peak.c). */
 bool vr_trace_peak(const vr_trace *prog, const int64_t *sizes, int64_t *peak);
+
+typedef struct {
+  int64_t peak, peak_reserved; /* allocated and reserved peaks */
+  int64_t live, reserved;      /* at the end */
+} vr_trace_device_result;
+
+/* Evaluates a device program at sizes (as vr_trace_eval) and inputs
+ * (prog->ninputs of them, >= 0): the allocated and reserved bytes the tape
+ * would count, rounded as it rounds; false on overflow. */
+bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *inputs,
+                     vr_trace_device_result *out);
 
 /* A size polynomial's (n coefficients) sign for every size >= 0: +1 when
  * every term is >= 0, -1 when every term is <= 0, 0 when mixed; and

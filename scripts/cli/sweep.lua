@@ -13,8 +13,8 @@ usage: vramlua sweep SPEC [--batch LIST] [--seq LIST] [--gpu NAME] [--html FILE]
                           [--zero LIST]
 
 Peak tensors allocated for every (batch, seq) of the lists, as CSV (a spec
-with a parallel: table: the largest rank's device total, each point
-simulated). A LIST is
+with a parallel: table: the largest rank's device total, compiled per
+layout by stdlib/compiled_parallel.lua). A LIST is
 values separated by commas, or FROM:TO:STEP. The run is compiled once
 (stdlib/compiled.lua) and each point answered in microseconds, byte-identical
 to `vramlua estimate`. With --gpu, a column says whether the point fits
@@ -28,7 +28,9 @@ The other knobs add a column each and sweep their product too
 The LoRA rank and the image's pixels are sizes of one program; each value of
 the others is compiled on first use (tens of milliseconds). A spec with a
 parallel: table also sweeps its degrees: --tp, --pp, --dp, --cp, --ep and
---zero (0-3) replace the table's values (each point simulated once).]]
+--zero (0-3) replace the table's values (each layout compiled on first
+use; a layout that does not compile, cp > 1 among them, and sizes no
+program answers are simulated).]]
 
 local function list(s, flag)
   local out = {}
@@ -147,8 +149,9 @@ for _, o in ipairs(others) do
 end
 if #batches * #seqs * #combos > 1000000 then errors.usage("this sweep has over 1,000,000 points") end
 local peak
--- a multi-GPU layout: the largest rank's device total at each point, each
--- simulated (stdlib/knobs.lua: not compiled; was the whole model on one GPU)
+-- a multi-GPU layout: the largest rank's device total at each point
+-- (stdlib/knobs.lua: a compiled budget per layout; was the whole model on
+-- one GPU)
 if #others == 0 and not run.parallel then
   local est = compiled.compile(run, path)
   peak = function(b, t) return est:peak(b, t) end

@@ -181,7 +181,7 @@ function tests.parallel_degrees_are_knobs()
   local path = root .. "/examples/specs/qwen2_5_7b_tp2_pp2_dp2.yaml"
   local sp = vram.yaml.load(path)
   local K = knobs.new(sp, path, registry)
-  T.ok(K.refused.parallel:find("reserved peak", 1, true), K.refused.parallel)
+  T.eq(K.refused.parallel, nil, "the spec's layout compiles")
   local cases = {
     {}, { batch = 2 }, { seq = 2048 }, { tp = 4 }, { pp = 4, microbatches = 4 },
     { pp = 1, dp = 4 }, { tp = 1, sequence_parallel = knobs.UNSET, dp = 4 },
@@ -201,9 +201,13 @@ function tests.parallel_degrees_are_knobs()
     T.eq(K:peak(k), want, what)
     T.eq(K:eval(k).device_total, want, what .. ": eval")
   end
-  T.eq(K.simulated, #cases, "each knob set simulated once")
+  T.eq(K.simulated, #cases, "each knob set simulated once (K:eval)")
   K:peak({ tp = 4 })
   T.eq(K.simulated, #cases, "and kept")
+  -- ring attention's buffers have no program: that layout is simulated, and says why
+  local found = false
+  for _, why in ipairs(K.failed) do found = found or why:find("cp > 1", 1, true) ~= nil end
+  T.ok(found, "the cp layout's refusal is reported")
   -- an estimate's own errors, named as the spec's fields
   T.raises(function() K:peak({ tp = 1 }) end, "parallel.sequence_parallel: needs tp > 1")
   T.raises(function() K:peak({ tp = 3 }) end, "parallel.tp: must divide num_attention_heads")
@@ -224,6 +228,41 @@ function tests.parallel_degrees_are_knobs()
   -- a one-GPU spec has no parallel knobs
   T.raises(function() knobs.new(BASE, where, registry):peak({ tp = 2 }) end,
     "tp: is a parallel knob: the spec has no parallel: table")
+end
+
+-- A layout's budget compiled over batch and seq (stdlib/compiled_parallel.lua):
+-- the largest rank's device total equals the spec edited and simulated at
+-- every point a program answers (the probes, past them, odd sizes, the
+-- batch-1 line; seq in whole multiples of tp under sequence parallelism),
+-- and a point no program answers is simulated.
+function tests.parallel_budgets_should_compile_over_batch_and_seq()
+  for _, name in ipairs({ "qwen2_5_7b_tp2_pp2_dp2", "mistral_small_24b_zero3_8gpu",
+    "qwen3_4b_fsdp_cpu_offload", "qwen3_30b_a3b_ep8_8gpu" }) do
+    local path = root .. "/examples/specs/" .. name .. ".yaml"
+    local K = knobs.new(vram.yaml.load(path), path, registry)
+    T.eq(K.refused.parallel, nil, name .. " compiles")
+    local est = K:layout({})
+    local answered = 0
+    for _, b in ipairs({ 1, 2, 3, 5 }) do
+      for _, t in ipairs({ 2, 4, 6, 10, 512, 2050, 4096 }) do
+        local got = est:device_total(b, t)
+        if got then
+          answered = answered + 1
+          local want = estimated(path, function(s) s.run.batch, s.run.seq = b, t end)
+          T.eq(got, want, ("%s batch %d seq %d"):format(name, b, t))
+          T.eq(K:peak({ batch = b, seq = t }), want)
+        end
+      end
+    end
+    T.ok(answered >= 24, name .. ": " .. answered .. " points compiled")
+    T.eq(K.simulated, 0, name .. ": no point simulated")
+  end
+  -- under sequence parallelism an odd seq has no program: simulated
+  local path = root .. "/examples/specs/qwen2_5_7b_tp2_pp2_dp2.yaml"
+  local K = knobs.new(vram.yaml.load(path), path, registry)
+  T.eq(K:layout({}):device_total(2, 1001), nil)
+  T.eq(K:peak({ batch = 2, seq = 1001 }), estimated(path, function(s) s.run.batch, s.run.seq = 2, 1001 end))
+  T.eq(K.simulated, 1)
 end
 
 -- Mixture of experts, transformers' expert loop: each expert gets floor or

@@ -801,6 +801,70 @@ function tests.a_program_should_raise_when_its_bytes_overflow()
     "needs the grid's probes and at least one more to confirm")
 end
 
+-- A device program (stdlib/compiled_parallel.lua): allocated and reserved
+-- bytes as the caching allocator counts them, and an input's bytes given at
+-- evaluation. Per probe: 4 B T bytes, 2 x the input, then B x (10 MiB + 1)
+-- bytes (a request above 10 MiB: its own 2 MiB-rounded segment), all freed.
+local MiB = 1 << 20
+local BLOCKS = { round = 512, small_max = 10 * MiB, large_round = 2 * MiB }
+
+local function device_traces(before)
+  local probes = { { 1, 1 }, { 1, 2 }, { 1, 3 }, { 2, 1 }, { 2, 2 }, { 2, 3 }, { 3, 5 } }
+  local traces, names = {}, nil
+  for i, p in ipairs(probes) do
+    local t = vram.tape()
+    before(t)
+    t:trace(p[1], p[2])
+    t:mark() -- numbered from the trace's start, whatever the tape made before
+    local a = t:alloc(p[1] * p[2] * 4, "activations", "a")
+    t:trace_input(1, 2, "activations", "held")
+    local b = t:alloc(p[1] * (10 * MiB + 1), "activations", "b")
+    t:drop(b)
+    t:trace_input(1, -2, "activations", "held")
+    t:drop(a)
+    traces[i], names = t:take_trace(), t:names()
+  end
+  return traces, names, probes
+end
+
+function tests.a_device_program_should_count_blocks_and_inputs()
+  local traces, names, probes = device_traces(function(t) t:mark(); t:mark() end)
+  local prog = assert(vram.fit_program(traces, names, 512, probes, { 1, 2 }, BLOCKS))
+  -- B 4, T 8, input 1000: 128 B -> 512; the input's 2000 B as the tape
+  -- holds them, reserved as 2048; 4 x (10 MiB + 1) = 41943044 B -> 41943552,
+  -- reserved as 42 MiB = 44040192
+  local reserved, peak, live = prog:device(4, 8, 1000)
+  T.eq(peak, 512 + 2000 + 41943552)
+  T.eq(reserved, 512 + 2048 + 44040192)
+  T.eq(live, 0)
+  -- B 1, T 1, input 0: 512 + 0 + 10 MiB + 512 (small: 512-rounded)
+  T.eq(select(2, prog:device(1, 1, 0)), 512 + 10 * MiB + 512)
+  T.eq(prog:device(1, 1, 0), 512 + 12 * MiB)
+  -- misuse: each an error naming what is wrong
+  T.raises(function() prog:peak(4, 8) end, "a device program answers only prog:device")
+  T.raises(function() prog:device(4, 8) end, "this program takes 2 sizes and 1 inputs, got 2")
+  T.raises(function() prog:device(4, 8, -1) end, "input")
+  T.raises(function() prog:device(1 << 40, 1 << 40, 0) end, "sizes overflow int64")
+  -- inputs need a device program; blocks must be integers
+  T.eq(select(2, vram.fit_program(traces, names, 512, probes, { 1, 2 })),
+    "a trace's inputs fit only a device program, 4 inputs at most")
+  T.raises(function() vram.fit_program(traces, names, 512, probes, { 1, 2 }, { small_max = "x" }) end,
+    "small_max must be an integer")
+  local tt, tn, tp = tiny_program()
+  local plain = assert(vram.fit_program(tt, tn, nil, tp, { 1, 2 }))
+  T.raises(function() plain:device(4, 8) end, "counts allocated bytes only")
+end
+
+function tests.trace_input_should_refuse_a_tape_that_does_not_trace()
+  local t = vram.tape()
+  T.raises(function() t:trace_input(1, 1, "activations") end, "trace_input")
+  t:trace(1, 1)
+  T.raises(function() t:trace_input(0, 1, "activations") end, "an input slot is 1 to 4")
+  T.raises(function() t:trace_input(5, 1, "activations") end, "an input slot is 1 to 4")
+  T.raises(function() t:trace_input(1, 1, "no such category") end, "category")
+  t:trace_input(4, math.mininteger, "activations") -- any multiple: checked at evaluation
+end
+
 -- ------------------------------------------------------------ units and rounding (issue 11)
 
 function tests.units_should_be_exact_integers()

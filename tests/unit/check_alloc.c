@@ -193,7 +193,7 @@ static vr_status run_program(failing *f, int64_t *peak) {
     const vr_grid g = {2, {1, 2}, {1, 1}};
     int64_t sizes[14], at[2] = {4, 9};
     for (int i = 0; i < 7; i++) sizes[2 * i] = PB[i], sizes[2 * i + 1] = PT[i];
-    vr_trace *prog = vr_trace_fit(p, 7, &g, sizes, 512, &why);
+    vr_trace *prog = vr_trace_fit(p, 7, &g, sizes, 512, NULL, &why);
     vr_trace_result r;
     if (!prog) {
       ck_assert_str_eq(why, "out of memory");

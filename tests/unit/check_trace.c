@@ -39,7 +39,7 @@ static vr_trace *fit(vr_trace tr[7], int64_t round, const char **why) {
   int64_t sizes[14];
   for (int i = 0; i < 7; i++) sizes[2 * i] = PB[i], sizes[2 * i + 1] = PT[i];
   *why = NULL;
-  return vr_trace_fit(p, 7, &BT, sizes, round, why);
+  return vr_trace_fit(p, 7, &BT, sizes, round, NULL, why);
 }
 
 static bool eval2(const vr_trace *prog, int64_t b, int64_t t, vr_trace_result *r) {
@@ -145,7 +145,7 @@ static vr_trace *fit_line(vr_trace tr[4], const char **why) {
   int64_t sizes[8];
   for (int i = 0; i < 4; i++) sizes[2 * i] = tr[i].batch, sizes[2 * i + 1] = tr[i].seq;
   *why = NULL;
-  return vr_trace_fit(p, 4, &g, sizes, 0, why);
+  return vr_trace_fit(p, 4, &g, sizes, 0, NULL, why);
 }
 
 START_TEST(a_line_program_should_reproduce_its_polynomial_along_its_line) {
@@ -281,7 +281,7 @@ static vr_trace *fit3(vr_trace tr[NPROBE], int64_t round, const char **why) {
     p[i] = &tr[i];
     probe_sizes(i, sizes + 3 * i);
   }
-  return vr_trace_fit(p, NPROBE, &BTR, sizes, round, why);
+  return vr_trace_fit(p, NPROBE, &BTR, sizes, round, NULL, why);
 }
 
 START_TEST(the_peak_alone_should_equal_the_full_evaluation) {
@@ -339,7 +339,7 @@ START_TEST(a_program_of_three_sizes_should_reproduce_its_polynomial) {
     p[i] = &tr[i];
   }
   const char *why = NULL;
-  vr_trace *prog = vr_trace_fit(p, K, &g, sizes, 0, &why);
+  vr_trace *prog = vr_trace_fit(p, K, &g, sizes, 0, NULL, &why);
   ck_assert_msg(prog != NULL, "%s", why);
   int64_t x[3] = {16, 4096, 1024}, peak = 0;
   ck_assert(vr_trace_peak(prog, x, &peak));
@@ -347,11 +347,11 @@ START_TEST(a_program_of_three_sizes_should_reproduce_its_polynomial) {
   vr_trace_free(prog);
   /* a value off the polynomial at the further probe: refused */
   tr[K - 1].ops[0].value += 1;
-  ck_assert_ptr_null(vr_trace_fit(p, K, &g, sizes, 0, &why));
+  ck_assert_ptr_null(vr_trace_fit(p, K, &g, sizes, 0, NULL, &why));
   ck_assert_str_eq(why, "a size is not a polynomial of the traced degrees (a further probe disagrees)");
   /* the grid's probes out of order: refused */
   sizes[2] = 65;
-  ck_assert_ptr_null(vr_trace_fit(p, K, &g, sizes, 0, &why));
+  ck_assert_ptr_null(vr_trace_fit(p, K, &g, sizes, 0, NULL, &why));
   ck_assert_str_eq(why, "the probes' sizes are not the grid's");
   for (int i = 0; i < K; i++) vr_trace_release(&tr[i]);
 }
