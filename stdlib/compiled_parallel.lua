@@ -23,7 +23,8 @@
 -- structure, stdlib/compiled.lua program()): each of those lines has
 -- programs of its own, fitted on first use; (1, 1), and a line that does
 -- not fit, answer nil. compile checks the programs against the simulator at
--- the run's own sizes and refuses them when they differ.
+-- the run's own sizes and at a far larger seq, and refuses them when they
+-- differ.
 local vram = require("vram")
 local compiled = require("stdlib.compiled")
 local par = require("stdlib.parallel")
@@ -39,6 +40,11 @@ local function refused(run)
   local fw = frameworks.of(run)
   if fw.prealloc then
     return "the framework preallocates its pool: a device total is the pool, not a peak"
+  end
+  -- a loss computed in chunks: their count and size depend on the rows
+  -- (stdlib/loss.lua), past every probe
+  if run.loss == "chunked" or run.loss == "litgpt_chunked" or run.loss == "liger_fused" then
+    return ("the %s loss's chunks depend on batch x seq: no polynomial"):format(run.loss)
   end
   if run.parallel.cp > 1 then
     return "ring attention's K/V buffers (cp > 1) are 4 x a rounded size and seq is split "
@@ -123,8 +129,8 @@ function Est:device_total(batch, seq)
   local set = self:set(batch, seq)
   if not set then return nil end
   local top
-  for _, e in ipairs(set) do
-    local reserved
+  for i = 1, #set do
+    local e, reserved = set[i], nil
     if e.measure then
       local _, _, live = e.measure:device(batch, seq)
       reserved = e.step:device(batch, seq, live - e.sent)
@@ -147,12 +153,18 @@ function M.compile(run)
   if not main then return nil, why end
   local self = setmetatable({ run = run, main = main, lines = {}, fw = frameworks.of(run),
     nccl = par.nccl_bytes(run.parallel), unit = unit(run.parallel) }, Est)
-  local got = self:device_total(run.batch, run.seq)
-  if got then
-    local want = par.budget(run).device_total_bytes
-    if got ~= want then
-      return nil, ("the programs give %d B at the run's own sizes, the simulator %d B"):format(
-        got, want)
+  -- checked against the simulator at the run's own sizes and far past the
+  -- probes (a size-dependent branch the probes cannot see: a chunk count)
+  local u = self.unit
+  local far = math.max(8192, 2 * run.seq) // u * u
+  for _, at in ipairs({ { run.batch, run.seq }, { run.batch + 1, far } }) do
+    local got = self:device_total(at[1], at[2])
+    if got then
+      local want = par.budget(with(run, { batch = at[1], seq = at[2] })).device_total_bytes
+      if got ~= want then
+        return nil, ("the programs give %d B at batch %d, seq %d, the simulator %d B"):format(
+          got, at[1], at[2], want)
+      end
     end
   end
   return self

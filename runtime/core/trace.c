@@ -25,11 +25,16 @@ void vr_trace_release(vr_trace *tr) {
   vr_mem_free(&tr->mem, tr->coefs, tr->coefs_cap * (size_t)tr->nmono * sizeof *tr->coefs);
   vr_mem_free(&tr->mem, tr->terms, tr->terms_cap * sizeof *tr->terms);
   vr_mem_free(&tr->mem, tr->sizes, tr->sizes_cap * sizeof *tr->sizes);
+  vr_mem_free(&tr->mem, tr->dops, tr->dops_cap * sizeof *tr->dops);
+  vr_mem_free(&tr->mem, tr->items, tr->items_cap * sizeof *tr->items);
   tr->ops = NULL;
   tr->coefs = NULL;
   tr->terms = NULL;
   tr->sizes = NULL;
+  tr->dops = NULL;
+  tr->items = NULL;
   tr->n = tr->cap = tr->coefs_cap = tr->nterms = tr->terms_cap = tr->nsizes = tr->sizes_cap = 0;
+  tr->ndops = tr->dops_cap = tr->nitems = tr->items_cap = 0;
 }
 
 void vr_trace_free(vr_trace *tr) {
@@ -345,6 +350,65 @@ static bool device_sizes(vr_trace *prog) {
   return true;
 }
 
+/* The sign of op j's change for every size (+1, -1), or 0: not a change,
+ * or one whose sign depends on the sizes. */
+static int change_sign(const vr_trace *prog, const vr_op *op, size_t j) {
+  if (op->kind == VR_OP_CONST) {
+    int64_t c = vr_trace_row(prog, j)[0];
+    return c > 0 ? 1 : (c < 0 ? -1 : 0);
+  }
+  if (op->kind != VR_OP_DELTA) return 0;
+  const vr_size *z = &prog->sizes[op->extra];
+  for (int i = 0; i < z->n; i++)
+    if (prog->terms[z->first + i].coef < 0) return 0; /* mixed: the leading term is > 0 */
+  return (int)op->extra_rounded;
+}
+
+/* A device program's evaluation order (trace.h vr_dop); false when out of
+ * memory or when a constant run's sum overflows. */
+static bool device_order(vr_trace *prog) {
+  int open = 0; /* the sign of the run being built, 0: none */
+  for (size_t j = 0; j < prog->n; j++) {
+    const vr_op *op = &prog->ops[j];
+    int sg = change_sign(prog, op, j);
+    if (sg != 0 && sg == open) { /* joins the run */
+      vr_dop *d = &prog->dops[prog->ndops - 1];
+      if (op->kind == VR_OP_CONST) {
+        if (!vr_add(d->a, vr_trace_row(prog, j)[0], &d->a) || !vr_add(d->b, op->extra, &d->b))
+          return false;
+        continue;
+      }
+      if (!vr_mem_grow(&prog->mem, (void **)&prog->items, &prog->items_cap, prog->nitems + 1,
+                       sizeof *prog->items, 256))
+        return false;
+      prog->items[prog->nitems++] = (int32_t)(op->extra * 2 + (op->extra_rounded < 0));
+      d->n++;
+      continue;
+    }
+    if (!vr_mem_grow(&prog->mem, (void **)&prog->dops, &prog->dops_cap, prog->ndops + 1,
+                     sizeof *prog->dops, 256))
+      return false;
+    vr_dop d = {0, 0, (int64_t)j, 0, prog->nitems};
+    open = sg;
+    if (sg != 0) { /* a new run, with this op in it */
+      d.run = 1;
+      d.a = 0;
+      if (op->kind == VR_OP_CONST) {
+        d.a = vr_trace_row(prog, j)[0];
+        d.b = op->extra;
+      } else {
+        if (!vr_mem_grow(&prog->mem, (void **)&prog->items, &prog->items_cap, prog->nitems + 1,
+                         sizeof *prog->items, 256))
+          return false;
+        prog->items[prog->nitems++] = (int32_t)(op->extra * 2 + (op->extra_rounded < 0));
+        d.n = 1;
+      }
+    }
+    prog->dops[prog->ndops++] = d;
+  }
+  return true;
+}
+
 vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, const vr_grid *g,
                        const int64_t *sizes, int64_t round, const vr_blocks *blocks,
                        const char **why) {
@@ -408,7 +472,7 @@ vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, const vr_grid *g,
   for (size_t j = 0; j < out->n; j++)
     for (int i = 0; i < nmono; i++) out->used[i] |= vr_trace_row(out, j)[i] != 0;
   if (out->device) { /* evaluated by vr_trace_device alone, from its sizes */
-    if (!device_sizes(out)) {
+    if (!device_sizes(out) || !device_order(out)) {
       *why = "out of memory, or more distinct tensor sizes than a device program holds";
       goto fail;
     }
@@ -615,9 +679,24 @@ bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *
   dstate s = {0, 0, 0, 0, 0, 0};
   if (!prog->device || !vr_trace_monomials(prog, sizes, m) || !dsizes(prog, m, val, blk))
     return false;
-  for (size_t j = 0; j < prog->n; j++) {
-    const vr_op *op = &prog->ops[j];
+  for (size_t dj = 0; dj < prog->ndops; dj++) {
+    const vr_dop *d = &prog->dops[dj];
     int64_t x = 0, rx = 0;
+    if (d->run) { /* changes of one sign: one moment that can be a peak, its end */
+      x = d->a;
+      rx = d->b;
+      const int32_t *it = prog->items + d->first;
+      for (int32_t k = 0; k < d->n; k++) {
+        int32_t z = it[k] >> 1;
+        bool ok = (it[k] & 1) ? vr_sub(x, val[z], &x) && vr_sub(rx, blk[z], &rx)
+                              : vr_add(x, val[z], &x) && vr_add(rx, blk[z], &rx);
+        if (!ok) return false;
+      }
+      if (!dadd(&s, x, rx)) return false;
+      continue;
+    }
+    size_t j = (size_t)d->a;
+    const vr_op *op = &prog->ops[j];
     int slot = 0; /* a composed layer's (BULK_*, MEASURE) */
     switch (op->kind) {
       case VR_OP_CONST: /* rounded when fitted; extra: its blocks, summed */

@@ -78,6 +78,19 @@ typedef struct {
 
 #define VR_MAXSIZES 2048 /* distinct sizes of a device program */
 
+/* A device program's evaluation order: its ops, with each run of
+ * consecutive changes of one sign (for every size: allocations, or frees)
+ * folded into one, its constant bytes and blocks summed (a, b) and its
+ * sizes listed (items [first, first + n): a size's index x 2, + 1 for a
+ * free). Within such a run live and reserved bytes only grow or only
+ * shrink, so its end is the only moment that can be a peak. Any other op
+ * is op index a of the program. */
+typedef struct {
+  int32_t run, n;
+  int64_t a, b;
+  size_t first;
+} vr_dop;
+
 typedef struct vr_trace {
   vr_op *ops;
   size_t n, cap;
@@ -93,6 +106,10 @@ typedef struct vr_trace {
   size_t nterms, terms_cap;
   vr_size *sizes;                 /* device programs: the distinct sizes */
   size_t nsizes, sizes_cap;
+  vr_dop *dops;                   /* device programs: the evaluation order */
+  size_t ndops, dops_cap;
+  int32_t *items;                 /* device programs: the runs' sizes */
+  size_t nitems, items_cap;
   vr_mem mem;                     /* where ops (and the trace itself, if new) live */
   /* programs: */
   vr_grid grid;                   /* the sizes, their degrees and fixed values */

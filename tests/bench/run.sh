@@ -9,7 +9,8 @@
 #      /usr/bin/python3) on the decoder of examples/specs/qwen2_5_1_5b_full.yaml:
 #      one estimate in-process and one whole process each, as a ratio
 #   5. `vramlua estimate` on every example spec; fit --knobs, fit --gpus 8 (also
-#      on the 128-expert MoE spec) and a 64 x 64 sweep
+#      on the 128-expert MoE spec), a 64 x 64 sweep, and one of each multi-GPU
+#      spec (compiled per layout)
 # SECONDS: CPU seconds per in-process figure (default 0.5). Process times
 # are the median and the minimum wall time of RUNS runs (default 20). The
 # load average is printed first and last: on a shared machine, compare runs
@@ -116,4 +117,10 @@ MOE=examples/specs/qwen3_30b_a3b_ep8_8gpu.yaml # 128 experts: the slowest layout
 echo "vramlua fit $MOE --gpu h100 --gpus 8: $(wall "$V" fit "$MOE" --gpu h100 --gpus 8)"
 echo "vramlua sweep $SPEC, 64 batches x 64 seqs: $(wall "$V" sweep "$SPEC" --batch 1:64:1 \
   --seq 64:4096:64 --gpu h100)"
+# multi-GPU layouts: the largest rank's device total, compiled per layout
+for s in qwen2_5_7b_tp2_pp2_dp2 mistral_small_24b_zero3_8gpu qwen3_4b_fsdp_cpu_offload \
+  qwen3_30b_a3b_ep8_8gpu; do
+  echo "vramlua sweep $s, 64 batches x 64 seqs: $(wall "$V" sweep examples/specs/$s.yaml \
+    --batch 1:64:1 --seq 256:16384:256)"
+done
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
