@@ -186,29 +186,6 @@ static bool merge(int64_t *prev, const int64_t *op, int n) {
  * run of allocations is at its end, frees never make a peak. Changes whose
  * sum would overflow stay apart (evaluation then reports the overflow).
  * False when a constant overflows once rounded to the block. */
-/* vr_round_up, without a division when `to` is a power of two (the
- * allocators' blocks: 512 B, 2 MiB): what a device program does per op. */
-static inline bool round_to(int64_t x, int64_t to, int64_t *out) {
-  if (to <= 0 || (to & (to - 1)) != 0) return vr_round_up(x, to, out);
-  int64_t m = to - 1;
-  if (x >= 0) {
-    if (x > INT64_MAX - m) return false;
-    *out = (x + m) & ~m;
-  } else {
-    if (x < -INT64_MAX + m) return false;
-    *out = -((-x + m) & ~m);
-  }
-  return true;
-}
-
-/* The block the tape reserves for a change of x bytes, already rounded to
- * the program's block (tape.c block_size); false on overflow. */
-static bool reserve(const vr_trace *prog, int64_t x, int64_t *out) {
-  if (prog->round <= 0) return *out = x, true;
-  if (x == INT64_MIN) return false;
-  int64_t a = x < 0 ? -x : x;
-  return round_to(x, a <= prog->small_max ? prog->round : prog->large_round, out);
-}
 
 /* A device program folds only constants: two tensors' blocks are not one
  * block of their sum, so each constant keeps its reserved bytes (extra) and
@@ -234,7 +211,7 @@ static bool fold_constants(vr_trace *prog) {
     if (constant) {
       op.kind = VR_OP_CONST;
       if (!vr_round_up(c[0], prog->round, &c[0])) return false;
-      if (prog->device && !reserve(prog, c[0], &op.extra)) return false;
+      if (prog->device && !vr_trace_block(prog, c[0], &op.extra)) return false;
       int64_t rsum = 0;
       if (prev && prev->kind == VR_OP_CONST && prev->cat == op.cat &&
           (pc[0] > 0) == (c[0] > 0) && vr_add(prev->extra, op.extra, &rsum) &&
@@ -296,117 +273,6 @@ static const char *check_grid(const vr_grid *g, int k, const int64_t *sizes, int
         return "the probes' sizes are not the grid's";
     }
   return NULL;
-}
-
-/* The size of row c (its sign taken out: a free's bytes are minus its
- * allocation's, and so is its block), found among the program's sizes or
- * added; -1 when out of memory or past VR_MAXSIZES. */
-static int64_t size_of(vr_trace *prog, const int64_t *c, int *sign) {
-  int n = prog->nmono, lead = 0;
-  while (lead < n && c[lead] == 0) lead++;
-  *sign = lead < n && c[lead] < 0 ? -1 : 1;
-  int64_t t[VR_MAXMONO];
-  int nt = 0;
-  for (int i = 0; i < n; i++) {
-    if (c[i] == 0) continue;
-    if (c[i] == INT64_MIN) return -1;
-    t[nt++] = *sign * c[i];
-  }
-  for (size_t k = 0; k < prog->nsizes; k++) { /* a few dozen: a scan */
-    const vr_size *z = &prog->sizes[k];
-    if (z->n != nt) continue;
-    int i = 0, at = 0;
-    for (; i < n; i++) {
-      if (c[i] == 0) continue;
-      const vr_term *u = &prog->terms[z->first + at++];
-      if (u->mono != i || u->coef != *sign * c[i]) break;
-    }
-    if (i == n) return (int64_t)k;
-  }
-  if (prog->nsizes >= VR_MAXSIZES ||
-      !vr_mem_grow(&prog->mem, (void **)&prog->sizes, &prog->sizes_cap, prog->nsizes + 1,
-                   sizeof *prog->sizes, 64) ||
-      !vr_mem_grow(&prog->mem, (void **)&prog->terms, &prog->terms_cap, prog->nterms + (size_t)nt,
-                   sizeof *prog->terms, 256))
-    return -1;
-  prog->sizes[prog->nsizes] = (vr_size){(int32_t)prog->nterms, nt, vr_coef_exact(t, nt, prog->round)};
-  for (int i = 0, at = 0; i < n; i++)
-    if (c[i] != 0) prog->terms[prog->nterms++] = (vr_term){t[at++], i};
-  return (int64_t)prog->nsizes++;
-}
-
-/* A device program's DELTA and GRAD ops to the distinct sizes they name
- * (trace.h vr_size); false when out of memory or past VR_MAXSIZES. */
-static bool device_sizes(vr_trace *prog) {
-  for (size_t j = 0; j < prog->n; j++) {
-    vr_op *op = &prog->ops[j];
-    if (op->kind != VR_OP_DELTA && op->kind != VR_OP_GRAD) continue;
-    int sign = 1;
-    int64_t k = size_of(prog, vr_trace_row(prog, j), &sign);
-    if (k < 0) return false;
-    op->extra = k;
-    op->extra_rounded = sign;
-  }
-  return true;
-}
-
-/* The sign of op j's change for every size (+1, -1), or 0: not a change,
- * or one whose sign depends on the sizes. */
-static int change_sign(const vr_trace *prog, const vr_op *op, size_t j) {
-  if (op->kind == VR_OP_CONST) {
-    int64_t c = vr_trace_row(prog, j)[0];
-    return c > 0 ? 1 : (c < 0 ? -1 : 0);
-  }
-  if (op->kind != VR_OP_DELTA) return 0;
-  const vr_size *z = &prog->sizes[op->extra];
-  for (int i = 0; i < z->n; i++)
-    if (prog->terms[z->first + i].coef < 0) return 0; /* mixed: the leading term is > 0 */
-  return (int)op->extra_rounded;
-}
-
-/* A device program's evaluation order (trace.h vr_dop); false when out of
- * memory or when a constant run's sum overflows. */
-static bool device_order(vr_trace *prog) {
-  int open = 0; /* the sign of the run being built, 0: none */
-  for (size_t j = 0; j < prog->n; j++) {
-    const vr_op *op = &prog->ops[j];
-    int sg = change_sign(prog, op, j);
-    if (sg != 0 && sg == open) { /* joins the run */
-      vr_dop *d = &prog->dops[prog->ndops - 1];
-      if (op->kind == VR_OP_CONST) {
-        if (!vr_add(d->a, vr_trace_row(prog, j)[0], &d->a) || !vr_add(d->b, op->extra, &d->b))
-          return false;
-        continue;
-      }
-      if (!vr_mem_grow(&prog->mem, (void **)&prog->items, &prog->items_cap, prog->nitems + 1,
-                       sizeof *prog->items, 256))
-        return false;
-      prog->items[prog->nitems++] = (int32_t)(op->extra * 2 + (op->extra_rounded < 0));
-      d->n++;
-      continue;
-    }
-    if (!vr_mem_grow(&prog->mem, (void **)&prog->dops, &prog->dops_cap, prog->ndops + 1,
-                     sizeof *prog->dops, 256))
-      return false;
-    vr_dop d = {0, 0, (int64_t)j, 0, prog->nitems};
-    open = sg;
-    if (sg != 0) { /* a new run, with this op in it */
-      d.run = 1;
-      d.a = 0;
-      if (op->kind == VR_OP_CONST) {
-        d.a = vr_trace_row(prog, j)[0];
-        d.b = op->extra;
-      } else {
-        if (!vr_mem_grow(&prog->mem, (void **)&prog->items, &prog->items_cap, prog->nitems + 1,
-                         sizeof *prog->items, 256))
-          return false;
-        prog->items[prog->nitems++] = (int32_t)(op->extra * 2 + (op->extra_rounded < 0));
-        d.n = 1;
-      }
-    }
-    prog->dops[prog->ndops++] = d;
-  }
-  return true;
 }
 
 vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, const vr_grid *g,
@@ -472,7 +338,7 @@ vr_trace *vr_trace_fit(const vr_trace *const *tr, int k, const vr_grid *g,
   for (size_t j = 0; j < out->n; j++)
     for (int i = 0; i < nmono; i++) out->used[i] |= vr_trace_row(out, j)[i] != 0;
   if (out->device) { /* evaluated by vr_trace_device alone, from its sizes */
-    if (!device_sizes(out) || !device_order(out)) {
+    if (!vr_device_build(out)) {
       *why = "out of memory, or more distinct tensor sizes than a device program holds";
       goto fail;
     }
@@ -589,164 +455,5 @@ bool vr_trace_eval(const vr_trace *prog, const int64_t *sizes, vr_trace_result *
         return false;
     }
   }
-  return true;
-}
-
-/* reserve() for x already rounded to the program's block: only a large
- * request rounds again. */
-static inline bool reserve_rounded(const vr_trace *prog, int64_t x, int64_t *out) {
-  if (prog->round <= 0 || (x <= prog->small_max && x >= -prog->small_max)) return *out = x, true;
-  return reserve(prog, x, out);
-}
-
-/* Each distinct size's bytes (rounded to the block) and block at
- * monomials m; false on overflow. */
-static bool dsizes(const vr_trace *prog, const int64_t *m, int64_t *val, int64_t *blk) {
-  for (size_t k = 0; k < prog->nsizes; k++) {
-    const vr_size *z = &prog->sizes[k];
-    const vr_term *t = prog->terms + z->first;
-    int64_t x = 0, y = 0;
-    for (int i = 0; i < z->n; i++)
-      if (!vr_mul(t[i].coef, m[t[i].mono], &y) || !vr_add(x, y, &x)) return false;
-    if ((!z->exact && !round_to(x, prog->round, &x)) || x == INT64_MIN ||
-        !reserve_rounded(prog, x, &blk[k]) || blk[k] == INT64_MIN) /* negated by a free */
-      return false;
-    val[k] = x;
-  }
-  return true;
-}
-
-/* A device program's evaluation: the allocated and the reserved bytes the
- * tape counts, each change of the one with its block in the other. */
-typedef struct { /* by value, nothing through pointers: kept in registers */
-  int64_t live, res, watch, rwatch, peak, rpeak;
-} dstate;
-
-static inline __attribute__((always_inline)) bool dadd(dstate *s, int64_t x, int64_t rx) {
-  int64_t live = 0, res = 0;
-  if (!vr_add(s->live, x, &live) || !vr_add(s->res, rx, &res)) return false;
-  s->live = live;
-  s->res = res;
-  if (live > s->watch) s->watch = live;
-  if (res > s->rwatch) s->rwatch = res;
-  if (live > s->peak) s->peak = live;
-  if (res > s->rpeak) s->rpeak = res;
-  return true;
-}
-
-static bool dsub(dstate *s, int64_t x, int64_t rx) {
-  int64_t nx = 0, nrx = 0;
-  return vr_sub(0, x, &nx) && vr_sub(0, rx, &nrx) && dadd(s, nx, nrx);
-}
-
-/* The gradients of the composed layer whose BULK_BWD is op j: their bytes
- * and their blocks. */
-static bool dgrads(const vr_trace *prog, size_t j, const int64_t *val, const int64_t *blk,
-                   int64_t *g, int64_t *rg) {
-  *g = *rg = 0;
-  for (size_t k = j + 1; k < prog->n && prog->ops[k].kind == VR_OP_GRAD; k++) {
-    const vr_op *op = &prog->ops[k];
-    int64_t x = op->extra_rounded * val[op->extra], b = op->extra_rounded * blk[op->extra];
-    if (!vr_add(*g, x, g) || !vr_add(*rg, b, rg)) return false;
-  }
-  return true;
-}
-
-/* The composed layers' backward, as tape.c run_bulk_body does it: per
- * layer, its excursion, its share of the bulk released, its gradients. */
-static bool dbulk_bwd(dstate *s, const vr_trace *prog, size_t j, const int64_t *val,
-                      const int64_t *blk, int64_t start, int64_t rstart, int64_t *left,
-                      int64_t *rleft) {
-  int64_t g = 0, rg = 0, exc = 0, rexc = 0, net = 0, rnet = 0, rel = 0, rrel = 0;
-  if (!dgrads(prog, j, val, blk, &g, &rg) || !vr_sub(s->watch, start, &exc) ||
-      !vr_sub(s->rwatch, rstart, &rexc) || !vr_sub(s->live, start, &net) ||
-      !vr_sub(s->res, rstart, &rnet) || !vr_sub(g, net, &rel) || !vr_sub(rg, rnet, &rrel))
-    return false;
-  for (int64_t i = 0; i < prog->ops[j].value; i++)
-    if (!dadd(s, exc, rexc) || !dsub(s, exc, rexc) || !dsub(s, rel, rrel) ||
-        !dadd(s, g, rg) || !vr_sub(*left, rel, left) || !vr_sub(*rleft, rrel, rleft))
-      return false;
-  return dsub(s, *left, *rleft);
-}
-
-bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *inputs,
-                     vr_trace_device_result *out) {
-  int64_t marks[2] = {0}, rmarks[2] = {0}, m[VR_MAXMONO];
-  int64_t start[VR_TRACE_SLOTS] = {0}, rstart[VR_TRACE_SLOTS] = {0};
-  int64_t left[VR_TRACE_SLOTS] = {0}, rleft[VR_TRACE_SLOTS] = {0};
-  memset(out, 0, sizeof *out);
-  int64_t val[VR_MAXSIZES], blk[VR_MAXSIZES]; /* each distinct size's bytes and block */
-  dstate s = {0, 0, 0, 0, 0, 0};
-  if (!prog->device || !vr_trace_monomials(prog, sizes, m) || !dsizes(prog, m, val, blk))
-    return false;
-  for (size_t dj = 0; dj < prog->ndops; dj++) {
-    const vr_dop *d = &prog->dops[dj];
-    int64_t x = 0, rx = 0;
-    if (d->run) { /* changes of one sign: one moment that can be a peak, its end */
-      x = d->a;
-      rx = d->b;
-      const int32_t *it = prog->items + d->first;
-      for (int32_t k = 0; k < d->n; k++) {
-        int32_t z = it[k] >> 1;
-        bool ok = (it[k] & 1) ? vr_sub(x, val[z], &x) && vr_sub(rx, blk[z], &rx)
-                              : vr_add(x, val[z], &x) && vr_add(rx, blk[z], &rx);
-        if (!ok) return false;
-      }
-      if (!dadd(&s, x, rx)) return false;
-      continue;
-    }
-    size_t j = (size_t)d->a;
-    const vr_op *op = &prog->ops[j];
-    int slot = 0; /* a composed layer's (BULK_*, MEASURE) */
-    switch (op->kind) {
-      case VR_OP_CONST: /* rounded when fitted; extra: its blocks, summed */
-        if (!dadd(&s, vr_trace_row(prog, j)[0], op->extra)) return false;
-        break;
-      case VR_OP_DELTA: /* (a size's sign, +1 or -1, cannot overflow) */
-        if (!dadd(&s, op->extra_rounded * val[op->extra], op->extra_rounded * blk[op->extra]))
-          return false;
-        break;
-      case VR_OP_INPUT: /* the tape's own bytes: not rounded, reserved as a block */
-        if (op->slot < 0 || op->slot >= prog->ninputs || !vr_mul(op->value, inputs[op->slot], &x) ||
-            !reserve(prog, x, &rx) || !dadd(&s, x, rx))
-          return false;
-        break;
-      case VR_OP_PHASE:
-      case VR_OP_GRAD: /* read by its BULK_BWD */
-        break;
-      case VR_OP_MARK:
-        marks[op->slot & 1] = s.live;
-        rmarks[op->slot & 1] = s.res;
-        break;
-      case VR_OP_BULK_FWD: { /* two marks bracket one simulated layer */
-        int mk = (int)(op->extra & 1);
-        slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
-        if (!vr_sub(marks[mk ^ 1], marks[mk], &x) || !vr_mul(x, op->value, &x) ||
-            !vr_sub(rmarks[mk ^ 1], rmarks[mk], &rx) || !vr_mul(rx < 0 ? 0 : rx, op->value, &rx) ||
-            !dadd(&s, x, rx))
-          return false;
-        left[slot] = x;
-        rleft[slot] = rx;
-        break;
-      }
-      case VR_OP_MEASURE:
-        slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
-        start[slot] = s.watch = s.live;
-        rstart[slot] = s.rwatch = s.res;
-        break;
-      case VR_OP_BULK_BWD:
-        slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
-        if (!dbulk_bwd(&s, prog, j, val, blk, start[slot], rstart[slot], &left[slot],
-                       &rleft[slot]))
-          return false;
-        break;
-      default:
-        return false;
-    }
-  }
-  out->live = s.live;
-  out->reserved = s.res;
-  out->peak = s.peak;
-  out->peak_reserved = s.rpeak;
   return true;
 }

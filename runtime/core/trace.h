@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "checked.h"
 #include "mem.h"
 #include "tape.h" /* the categories, vr_cat */
 
@@ -186,11 +187,22 @@ typedef struct {
   int64_t live, reserved;      /* at the end */
 } vr_trace_device_result;
 
-/* Evaluates a device program at sizes (as vr_trace_eval) and inputs
- * (prog->ninputs of them, >= 0): the allocated and reserved bytes the tape
- * would count, rounded as it rounds; false on overflow. */
+/* trace_device.c. Evaluates a device program at sizes (as vr_trace_eval)
+ * and inputs (prog->ninputs of them, >= 0): the allocated and reserved
+ * bytes the tape would count, rounded as it rounds; false on overflow. */
 bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *inputs,
                      vr_trace_device_result *out);
+/* A fitted device program's order of evaluation (vr_dop, vr_size); false
+ * when out of memory or past VR_MAXSIZES. */
+bool vr_device_build(vr_trace *prog);
+/* The block the tape reserves for a change of x bytes already rounded to
+ * the program's block (tape.c block_size); false on overflow. */
+static inline bool vr_trace_block(const vr_trace *prog, int64_t x, int64_t *out) {
+  if (prog->round <= 0) return *out = x, true;
+  if (x == INT64_MIN) return false;
+  int64_t a = x < 0 ? -x : x;
+  return vr_round_up(x, a <= prog->small_max ? prog->round : prog->large_round, out);
+}
 
 /* A size polynomial's (n coefficients) sign for every size >= 0: +1 when
  * every term is >= 0, -1 when every term is <= 0, 0 when mixed; and
