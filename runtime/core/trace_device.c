@@ -76,51 +76,129 @@ static int change_sign(const vr_trace *prog, const vr_op *op, size_t j) {
   return (int)op->extra_rounded;
 }
 
-/* A device program's evaluation order (trace.h vr_dop); false when out of
- * memory or when a constant run's sum overflows. */
-static bool device_order(vr_trace *prog) {
-  int open = 0; /* the sign of the run being built, 0: none */
-  for (size_t j = 0; j < prog->n; j++) {
-    const vr_op *op = &prog->ops[j];
-    int sg = change_sign(prog, op, j);
-    if (sg != 0 && sg == open) { /* joins the run */
-      vr_dop *d = &prog->dops[prog->ndops - 1];
-      if (op->kind == VR_OP_CONST) {
-        if (!vr_add(d->a, vr_trace_row(prog, j)[0], &d->a) || !vr_add(d->b, op->extra, &d->b))
-          return false;
-        continue;
-      }
-      if (!vr_mem_grow(&prog->mem, (void **)&prog->items, &prog->items_cap, prog->nitems + 1,
-                       sizeof *prog->items, 256))
-        return false;
-      prog->items[prog->nitems++] = (int32_t)(op->extra * 2 + (op->extra_rounded < 0));
-      d->n++;
-      continue;
-    }
-    if (!vr_mem_grow(&prog->mem, (void **)&prog->dops, &prog->dops_cap, prog->ndops + 1,
-                     sizeof *prog->dops, 256))
-      return false;
-    vr_dop d = {0, 0, (int64_t)j, 0, prog->nitems};
-    open = sg;
-    if (sg != 0) { /* a new run, with this op in it */
-      d.run = 1;
-      d.a = 0;
-      if (op->kind == VR_OP_CONST) {
-        d.a = vr_trace_row(prog, j)[0];
-        d.b = op->extra;
-      } else {
-        if (!vr_mem_grow(&prog->mem, (void **)&prog->items, &prog->items_cap, prog->nitems + 1,
-                         sizeof *prog->items, 256))
-          return false;
-        prog->items[prog->nitems++] = (int32_t)(op->extra * 2 + (op->extra_rounded < 0));
-        d.n = 1;
-      }
-    }
-    prog->dops[prog->ndops++] = d;
-  }
-  return true;
+static bool is_change(const vr_op *op) { return op->kind == VR_OP_DELTA || op->kind == VR_OP_CONST; }
+
+/* Changes looked ahead for a moment at least as high (dominated below). */
+#define LOOKAHEAD 48
+
+/* Counts of each size over a stretch of changes: cnt[size] allocations
+ * less frees, `bad` the sizes whose count is below 0, or not 0 with bytes
+ * whose sign depends on the sizes; touched: the sizes counted, each once
+ * (listed[size]), to zero after. */
+typedef struct {
+  int32_t *cnt, *touched, *mixed, *listed;
+  size_t nt;
+  int bad;
+} tally;
+
+static bool bad_count(const tally *t, int64_t z) {
+  return t->cnt[z] < 0 || (t->cnt[z] != 0 && t->mixed[z]);
 }
 
+static void count(tally *t, int64_t z, int s) {
+  if (!t->listed[z]) t->listed[z] = 1, t->touched[t->nt++] = (int32_t)z;
+  t->bad -= bad_count(t, z);
+  t->cnt[z] += s;
+  t->bad += bad_count(t, z);
+}
+
+static void clear(tally *t) {
+  for (size_t i = 0; i < t->nt; i++) t->cnt[t->touched[i]] = t->listed[t->touched[i]] = 0;
+  t->nt = 0;
+  t->bad = 0;
+}
+
+/* Whether the moment after change k (of the stretch of changes that ends
+ * before `end`) is no higher than the moment after a later allocation j,
+ * for every size, in allocated and in reserved bytes: the changes in
+ * (k, j] free no size more often than they allocate it (a size's bytes and
+ * block are the same at each use), leave only sizes of bytes >= 0, and
+ * their constants add up to >= 0. Then only j's moment need be checked
+ * (j's in turn checked or no higher than a later one's). */
+static bool dominated(const vr_trace *prog, size_t k, size_t end, tally *t) {
+  int64_t a = 0, b = 0;
+  bool found = false;
+  for (size_t j = k + 1; j < end && j <= k + LOOKAHEAD && !found; j++) {
+    const vr_op *op = &prog->ops[j];
+    if (op->kind == VR_OP_CONST) {
+      if (!vr_add(a, vr_trace_row(prog, j)[0], &a) || !vr_add(b, op->extra, &b)) break;
+    } else {
+      count(t, op->extra, (int)op->extra_rounded);
+    }
+    found = change_sign(prog, op, j) > 0 && t->bad == 0 && a >= 0 && b >= 0;
+  }
+  clear(t);
+  return found;
+}
+
+/* Appends the group [lo, hi) of changes to the order: its constants
+ * summed, its sizes with the frees of a size allocated in it cancelled
+ * (the same bytes, the same block). False when out of memory or when the
+ * constants overflow. */
+static bool group(vr_trace *prog, size_t lo, size_t hi, tally *t) {
+  vr_dop d = {1, 0, 0, 0, prog->nitems};
+  bool ok = true;
+  for (size_t j = lo; j < hi && ok; j++) {
+    const vr_op *op = &prog->ops[j];
+    if (op->kind == VR_OP_CONST)
+      ok = vr_add(d.a, vr_trace_row(prog, j)[0], &d.a) && vr_add(d.b, op->extra, &d.b);
+    else
+      count(t, op->extra, (int)op->extra_rounded);
+  }
+  for (size_t i = 0; i < t->nt && ok; i++) {
+    int32_t z = t->touched[i], c = t->cnt[z];
+    for (int32_t r = 0; r < (c < 0 ? -c : c) && ok; r++) {
+      ok = vr_mem_grow(&prog->mem, (void **)&prog->items, &prog->items_cap, prog->nitems + 1,
+                       sizeof *prog->items, 256);
+      if (ok) prog->items[prog->nitems++] = z * 2 + (c < 0), d.n++;
+    }
+  }
+  clear(t);
+  ok = ok && vr_mem_grow(&prog->mem, (void **)&prog->dops, &prog->dops_cap, prog->ndops + 1,
+                         sizeof *prog->dops, 256);
+  if (ok) prog->dops[prog->ndops++] = d;
+  return ok;
+}
+
+/* A device program's evaluation order (trace.h vr_dop): each stretch of
+ * consecutive changes cut into groups that end where a moment must be
+ * checked (an allocation no later moment of the stretch is sure to reach,
+ * or a change whose sign depends on the sizes); any other op as it is.
+ * False when out of memory or when a group's constants overflow. */
+static bool device_order(vr_trace *prog) {
+  size_t ns = prog->nsizes ? prog->nsizes : 1;
+  int32_t *buf = (int32_t *)vr_mem_array(&prog->mem, 4 * ns, sizeof *buf);
+  if (!buf) return false;
+  memset(buf, 0, 4 * ns * sizeof *buf);
+  tally t = {buf, buf + ns, buf + 2 * ns, buf + 3 * ns, 0, 0};
+  for (size_t z = 0; z < prog->nsizes; z++)
+    for (int i = 0; i < prog->sizes[z].n; i++)
+      t.mixed[z] |= prog->terms[prog->sizes[z].first + i].coef < 0;
+  bool ok = true;
+  for (size_t j = 0; j < prog->n && ok;) {
+    if (!is_change(&prog->ops[j])) {
+      ok = vr_mem_grow(&prog->mem, (void **)&prog->dops, &prog->dops_cap, prog->ndops + 1,
+                       sizeof *prog->dops, 256);
+      if (ok) prog->dops[prog->ndops++] = (vr_dop){0, 0, (int64_t)j, 0, 0};
+      j++;
+      continue;
+    }
+    size_t end = j;
+    while (end < prog->n && is_change(&prog->ops[end])) end++;
+    size_t lo = j;
+    for (size_t k = j; k < end && ok; k++) {
+      int sg = change_sign(prog, &prog->ops[k], k);
+      bool check = sg == 0 || (sg > 0 && !dominated(prog, k, end, &t));
+      if (check || k + 1 == end) {
+        ok = group(prog, lo, k + 1, &t);
+        lo = k + 1;
+      }
+    }
+    j = end;
+  }
+  vr_mem_free(&prog->mem, buf, 4 * ns * sizeof *buf);
+  return ok;
+}
 
 bool vr_device_build(vr_trace *prog) { return device_sizes(prog) && device_order(prog); }
 
