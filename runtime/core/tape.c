@@ -1104,7 +1104,9 @@ static vr_status run_ckpt(vr_tape *t, node nd, const int64_t *outs) {
 #define MAP(x) echo_id(&m, (x))
   t->recompute = true;
   if (st == VR_OK)
-    st = replay_events(t, t->events.v + nd.ev_lo, nd.ev_hi - nd.ev_lo, &m, map, tmp, etmp);
+    /* (a segment that recorded nothing may have no event array at all) */
+    st = replay_events(t, t->events.v ? t->events.v + nd.ev_lo : NULL, nd.ev_hi - nd.ev_lo, &m,
+                       map, tmp, etmp);
   t->recompute = false;
   /* The recomputed outputs stand in for the originals in backward. */
   for (int i = 0; st == VR_OK && i < nd.nout; i++) {

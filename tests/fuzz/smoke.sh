@@ -4,7 +4,8 @@
 # clang (tests/fuzz/build.sh; --prebuilt: BUILD_DIR is a VRAMLUA_FUZZ build
 # that has them already), builds the seed corpora, and runs each target
 # for SECONDS with a fixed seed. Fails on any crash, sanitizer report or
-# failed check (the input is kept under BUILD_DIR/artifacts/); exits 77,
+# failed check (the input is kept under BUILD_DIR/artifacts/), and replays
+# the inputs under tests/fuzz/regressions/TARGET/; exits 77,
 # which ctest reports as skipped, when clang with libFuzzer is missing.
 set -uo pipefail
 out=$1
@@ -35,6 +36,20 @@ for t in json yaml spec lua_api hostile; do
   else
     echo "fuzz_$t: ${execs:-?} executions, cov ${cov:-?}, no crash"
   fi
+done
+# inputs that once failed (tests/fuzz/regressions/TARGET/), replayed
+for dir in "$here"/regressions/*/; do
+  [ -d "$dir" ] || continue
+  t=$(basename "$dir")
+  for f in "$dir"*; do
+    if ! "$out/tests/fuzz/fuzz_$t" "$f" >"$out/smoke/regression.log" 2>&1; then
+      failed=$((failed + 1))
+      echo "FAIL fuzz_$t on regression input $(basename "$f"):"
+      grep -E 'ERROR|SUMMARY|runtime error' "$out/smoke/regression.log" | head -4
+    else
+      echo "fuzz_$t: regression input $(basename "$f") replayed"
+    fi
+  done
 done
 echo "fuzz: $((5 - failed)) passed, $failed failed (${secs}s per target)"
 [ $failed -eq 0 ]
