@@ -259,9 +259,11 @@ local function table_of_knobs(k, method)
 end
 
 -- The compiled budget (stdlib/compiled_parallel.lua) of the layout k
--- names with every knob but batch and seq, compiled on first use; nil
--- when it does not compile (K.failed says why).
-function K:layout(k)
+-- names with every knob but batch and seq; nil when it does not compile
+-- (K.failed says why), or, unless eager, while the layout has been asked
+-- for one (batch, seq) only: a compile costs some simulations, so a
+-- layout asked once (a sweep over the degrees at one size) is simulated.
+function K:layout(k, eager)
   local rest, key = {}, ""
   for name, v in pairs(k) do
     if name ~= "batch" and name ~= "seq" then
@@ -273,6 +275,12 @@ function K:layout(k)
   end
   key = key or runs.key(rest, {})
   local e = self.layouts[key]
+  if e == nil and not eager then
+    local at = (k.batch or "-") .. "x" .. (k.seq or "-")
+    local first = self.asked[key]
+    self.asked[key] = first or at
+    if not first or first == at then return nil end
+  end
   if e == nil then
     local t0 = os.clock()
     local why
@@ -350,8 +358,8 @@ function M.new(spec_table, where, families)
     refused = {} }, K)
   if base.parallel then
     self.parallel, self.budgets, self.search = true, {}, par.search(base)
-    self.simulated, self.simulate_s, self.layouts = 0, 0, {}
-    if not self:layout({}) then self.refused.parallel = self.failed[#self.failed] end
+    self.simulated, self.simulate_s, self.layouts, self.asked = 0, 0, {}, {}
+    if not self:layout({}, true) then self.refused.parallel = self.failed[#self.failed] end
     return self
   end
   -- the symbolic sizes: those the base run has and a program can take

@@ -166,7 +166,7 @@ else
   end
   -- the spec's own layout over batch and seq: its compiled budget at once
   -- (K:peak's, without a knob table per point), K:peak where it has none
-  local est = #others == 0 and K:layout({})
+  local est = #others == 0 and K:layout({}, true)
   if est then
     local slow = peak
     peak = function(b, t, c) return est:device_total(b, t) or slow(b, t, c) end

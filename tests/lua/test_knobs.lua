@@ -201,10 +201,20 @@ function tests.parallel_degrees_are_knobs()
     T.eq(K:peak(k), want, what)
     T.eq(K:eval(k).device_total, want, what .. ": eval")
   end
-  T.eq(K.simulated, #cases, "each knob set simulated once (K:eval)")
+  T.eq(K.simulated, #cases, "each knob set simulated once")
+  -- a layout asked at a second size is compiled, and answers as simulated
+  local programs = K.programs
+  for _, t in ipairs({ 2048, 8192 }) do
+    T.eq(K:peak({ tp = 4, seq = t }), estimated(path, function(s)
+      s.run.seq, s.parallel.tp = t, 4 end), "tp 4, seq " .. t)
+  end
+  T.eq(K.programs, programs + 1, "compiled on its second size")
   K:peak({ tp = 4 })
   T.eq(K.simulated, #cases, "and kept")
-  -- ring attention's buffers have no program: that layout is simulated, and says why
+  -- ring attention's buffers have no program: that layout, asked at a
+  -- second size, is simulated, and says why
+  T.eq(K:peak({ cp = 2, dp = 1, batch = 2, seq = 2048 }), estimated(path, function(s)
+    s.run.batch, s.run.seq, s.parallel.cp, s.parallel.dp = 2, 2048, 2, 1 end))
   local found = false
   for _, why in ipairs(K.failed) do found = found or why:find("cp > 1", 1, true) ~= nil end
   T.ok(found, "the cp layout's refusal is reported")
@@ -241,7 +251,7 @@ function tests.parallel_budgets_should_compile_over_batch_and_seq()
     local path = root .. "/examples/specs/" .. name .. ".yaml"
     local K = knobs.new(vram.yaml.load(path), path, registry)
     T.eq(K.refused.parallel, nil, name .. " compiles")
-    local est = K:layout({})
+    local est = K:layout({}, true)
     local answered = 0
     for _, b in ipairs({ 1, 2, 3, 5 }) do
       for _, t in ipairs({ 2, 4, 6, 10, 512, 2050, 4096 }) do
@@ -260,7 +270,7 @@ function tests.parallel_budgets_should_compile_over_batch_and_seq()
   -- under sequence parallelism an odd seq has no program: simulated
   local path = root .. "/examples/specs/qwen2_5_7b_tp2_pp2_dp2.yaml"
   local K = knobs.new(vram.yaml.load(path), path, registry)
-  T.eq(K:layout({}):device_total(2, 1001), nil)
+  T.eq(K:layout({}, true):device_total(2, 1001), nil)
   T.eq(K:peak({ batch = 2, seq = 1001 }), estimated(path, function(s) s.run.batch, s.run.seq = 2, 1001 end))
   T.eq(K.simulated, 1)
 end
