@@ -260,9 +260,11 @@ end
 
 -- The compiled budget (stdlib/compiled_parallel.lua) of the layout k
 -- names with every knob but batch and seq; nil when it does not compile
--- (K.failed says why), or, unless eager, while the layout has been asked
--- for one (batch, seq) only: a compile costs some simulations, so a
--- layout asked once (a sweep over the degrees at one size) is simulated.
+-- (K.failed says why). Unless eager, a layout is compiled only once the
+-- time spent simulating it (K.rent, by K:peak) reaches what the spec's
+-- own layout took to compile (K.buy): a compile costs several
+-- simulations, so a layout asked at a size or two is simulated, and one
+-- asked at many costs at most twice its compile. Also the layout's key.
 function K:layout(k, eager)
   local rest, key = {}, ""
   for name, v in pairs(k) do
@@ -275,12 +277,7 @@ function K:layout(k, eager)
   end
   key = key or runs.key(rest, {})
   local e = self.layouts[key]
-  if e == nil and not eager then
-    local at = (k.batch or "-") .. "x" .. (k.seq or "-")
-    local first = self.asked[key]
-    self.asked[key] = first or at
-    if not first or first == at then return nil end
-  end
+  if e == nil and not eager and (self.rent[key] or 0) < self.buy then return nil, key end
   if e == nil then
     local t0 = os.clock()
     local why
@@ -290,15 +287,19 @@ function K:layout(k, eager)
     if not e then self.failed[#self.failed + 1] = why end
     self.layouts[key] = e or false
   end
-  return e or nil
+  return e or nil, key
 end
 
 function K:peak(k)
   table_of_knobs(k, "peak")
   if self.parallel then
-    local e = self:layout(k)
+    local e, key = self:layout(k)
     local v = e and e:device_total(k.batch or e.run.batch, k.seq or e.run.seq)
-    return v or self:budget(k).device_total_bytes
+    if v then return v end
+    local t0 = os.clock()
+    v = self:budget(k).device_total_bytes
+    self.rent[key] = (self.rent[key] or 0) + (os.clock() - t0)
+    return v
   end
   local e = self:entry(k)
   if not e or (k.image and e.image and not self:tokens(k.image)) then
@@ -358,8 +359,9 @@ function M.new(spec_table, where, families)
     refused = {} }, K)
   if base.parallel then
     self.parallel, self.budgets, self.search = true, {}, par.search(base)
-    self.simulated, self.simulate_s, self.layouts, self.asked = 0, 0, {}, {}
+    self.simulated, self.simulate_s, self.layouts, self.rent = 0, 0, {}, {}
     if not self:layout({}, true) then self.refused.parallel = self.failed[#self.failed] end
+    self.buy = self.compile_s
     return self
   end
   -- the symbolic sizes: those the base run has and a program can take

@@ -117,15 +117,17 @@ local function bench(K, name, values, new_s)
   until os.clock() - t1 >= secs
   local dc = os.clock() - t1
   local us = dc / m * 1e6
-  local what = K.parallel and ("%d simulated, %.1f ms each, then kept"):format(K.simulated - s0,
-    (K.simulate_s - ss0) * 1000 / math.max(1, K.simulated - s0))
+  local what = K.parallel and ("%d simulated, %.1f ms each, %d layouts compiled, %.0f ms; then "
+    .. "kept or compiled"):format(K.simulated - s0,
+    (K.simulate_s - ss0) * 1000 / math.max(1, K.simulated - s0), K.programs - p0,
+    (K.compile_s - c0) * 1000)
     or ("%d programs compiled, %.0f ms%s"):format(K.programs - p0, (K.compile_s - c0) * 1000,
       sets and (", %d more remainders' programs, counted in the first pass"):format(
         remainders() - r0) or "")
   print(("  %s: %d values first in %.0f ms (%s)%s; then %.0f "
     .. "%s per second (%.2f us each)%s"):format(name, nv, first * 1000, what,
     new_s > 0 and (", set-up %.0f ms"):format(new_s * 1000) or "", m / dc,
-    K.parallel and "kept answers" or "estimates", us,
+    K.parallel and "answers" or "estimates", us,
     peer_us and not K.parallel and (", %.0fx llm-analysis"):format(peer_us / us) or ""))
 end
 for _, c in ipairs(KNOBS) do
@@ -139,9 +141,10 @@ end
 
 -- Mixture-of-experts training steps, transformers' expert loop (a program
 -- per remainder of batch x seq x top_k by the experts, stdlib/compiled.lua),
--- and parallel layouts (each knob set simulated once, then kept: not
--- compiled, stdlib/knobs.lua says why; the rate after the first pass is
--- the kept answers').
+-- and parallel layouts (stdlib/compiled_parallel.lua: the spec's own layout
+-- compiled over batch and seq; another layout simulated when first asked,
+-- compiled at its second size; the rate after the first pass is of kept
+-- and compiled answers).
 local function moe(preset)
   return { model = { preset = preset }, run = { mode = "train", batch = 1, seq = 512,
     precision = { params = "bf16" }, attention = "sdpa" } }
@@ -166,6 +169,15 @@ local EXTRA = {
             sequence_parallel = tp > 1 or knobs.UNSET }
         end
       end
+    end
+    return out
+  end)() },
+  { "Qwen2.5-7B tp2 pp2 dp2 spec, its own layout: batch 1..64 x seq 256..16384 step 256 "
+    .. "(largest rank's device total, compiled)",
+    "qwen2_5_7b_tp2_pp2_dp2", (function()
+    local out = {}
+    for b = 1, 64 do
+      for t = 256, 16384, 256 do out[#out + 1] = { batch = b, seq = t } end
     end
     return out
   end)() },

@@ -202,17 +202,25 @@ function tests.parallel_degrees_are_knobs()
     T.eq(K:eval(k).device_total, want, what .. ": eval")
   end
   T.eq(K.simulated, #cases, "each knob set simulated once")
-  -- a layout asked at a second size is compiled, and answers as simulated
-  local programs = K.programs
-  for _, t in ipairs({ 2048, 8192 }) do
+  K:peak({ tp = 4 })
+  T.eq(K.simulated, #cases, "and kept")
+  -- a layout asked at many sizes is compiled once its simulations have
+  -- cost what the spec's own compile did, and answers as simulated
+  local programs, t = K.programs, 1024
+  while K.programs == programs and t <= 64 * 1024 do
+    t = t + 1024
     T.eq(K:peak({ tp = 4, seq = t }), estimated(path, function(s)
       s.run.seq, s.parallel.tp = t, 4 end), "tp 4, seq " .. t)
   end
-  T.eq(K.programs, programs + 1, "compiled on its second size")
-  K:peak({ tp = 4 })
-  T.eq(K.simulated, #cases, "and kept")
-  -- ring attention's buffers have no program: that layout, asked at a
-  -- second size, is simulated, and says why
+  T.eq(K.programs, programs + 1, "compiled once its simulations cost a compile")
+  T.ok(K.layouts[require("stdlib.run").key({ tp = 4 }, {})], "and kept")
+  for _, t2 in ipairs({ t + 2048, 3 * t }) do
+    T.eq(K:peak({ tp = 4, seq = t2 }), estimated(path, function(s)
+      s.run.seq, s.parallel.tp = t2, 4 end), "tp 4 compiled, seq " .. t2)
+  end
+  -- ring attention's buffers have no program: that layout, once asked
+  -- often enough, is simulated, and says why
+  K.rent[require("stdlib.run").key({ cp = 2, dp = 1 }, {})] = math.huge
   T.eq(K:peak({ cp = 2, dp = 1, batch = 2, seq = 2048 }), estimated(path, function(s)
     s.run.batch, s.run.seq, s.parallel.cp, s.parallel.dp = 2, 2048, 2, 1 end))
   local found = false
