@@ -520,7 +520,8 @@ function L.eager_attention(S, q, k, v, mask, a, label)
     if S.autocast and x.dt == FP32 then
       return S:op1(label .. "." .. what .. "_cast", B * H * Tk * dim, S.autocast, x)
     end
-    if B == 1 then -- a view, whose gradient arrives at the expanded size
+    -- (a compiled-estimate probe traces the general case, as merges() does)
+    if B == 1 and not S.general_sizes then -- a view, whose gradient arrives at the expanded size
       S.tape:retain(x.id)
       return { id = x.id, n = B * H * Tk * dim, dt = x.dt, b = S:bytes(x.dt, B * H * Tk * dim),
         rg = x.rg }

@@ -152,10 +152,14 @@ local peak
 -- a multi-GPU layout: the largest rank's device total at each point
 -- (stdlib/knobs.lua: a compiled budget per layout; was the whole model on
 -- one GPU)
-if #others == 0 and not run.parallel then
-  local est = compiled.compile(run, path)
+local est, why = nil, nil
+if #others == 0 and not run.parallel then est, why = compiled.try(run, {}) end
+if est then
   peak = function(b, t) return est:peak(b, t) end
 else
+  -- a run that does not compile (a size-dependent branch) is simulated at
+  -- each point, and says why first
+  if why then print("# not compiled (each point simulated): " .. why) end
   local formats = require("stdlib.formats")
   local _, tr, doc = formats.load_run(path, a, require("models.registry"))
   local K = require("stdlib.knobs").new(tr and tr.spec or doc, path, require("models.registry"))
@@ -166,10 +170,10 @@ else
   end
   -- the spec's own layout over batch and seq: its compiled budget at once
   -- (K:peak's, without a knob table per point), K:peak where it has none
-  local est = #others == 0 and K:layout({}, true)
-  if est then
+  local layout = #others == 0 and run.parallel and K:layout({}, true)
+  if layout then
     local slow = peak
-    peak = function(b, t, c) return est:device_total(b, t) or slow(b, t, c) end
+    peak = function(b, t, c) return layout:device_total(b, t) or slow(b, t, c) end
   end
 end
 local frameworks = require("stdlib.frameworks")

@@ -204,6 +204,14 @@ t "sweep agrees with estimate"           0 "agree" \
    w=$("$V" sweep "$D/spec.yaml" --batch 1 --seq 64 | sed -n "2p" | cut -d, -f3);
    [ -n "$e" ] && [ "$e" = "$w" ] && echo agree || echo "differ: $e vs $w"'
 t "sweep rejects a bad list"             2 "positive integers" '"$V" sweep "$D/spec.yaml" --seq 0,x'
+# a loss in chunks of 4 rows has no program: each point simulated, said first
+printf 'model: { preset: qwen2_5_1_5b_instruct, overrides: { num_hidden_layers: 2 } }\nrun: { batch: 2, seq: 64, loss: { impl: chunked, chunk_rows: 4 } }\n' \
+  >"$D/chunk4.yaml"
+t "sweep of a run that does not compile simulates" 0 "agree" \
+  'e=$("$V" estimate "$D/chunk4.yaml" --json | sed -n "s/.*\"peak_bytes\":[^0-9]*\([0-9]*\).*/\1/p");
+   out=$("$V" sweep "$D/chunk4.yaml" --batch 2 --seq 64); w=$(echo "$out" | grep "^2,64," | cut -d, -f3);
+   echo "$out" | grep -q "^# not compiled (each point simulated)" &&
+   [ -n "$e" ] && [ "$e" = "$w" ] && echo agree || echo "differ: $e vs $w"'
 printf 'model: { preset: qwen2_5_1_5b_instruct }\nrun: { batch: 1, seq: 64, lora: { rank: 8 } }\n' \
   >"$D/lora8.yaml"
 printf 'model: { preset: qwen2_5_1_5b_instruct }\nrun: { batch: 3, seq: 80, lora: { rank: 40 }, grad_accum: 2 }\n' \

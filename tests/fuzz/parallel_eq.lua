@@ -1,7 +1,8 @@
 -- Randomized check of compiled multi-GPU budgets (not a ctest; run by
 -- hand): random models (Qwen2.5, Llama 3, Qwen3-MoE, Mixtral; 4-8 layers),
 -- layouts (dp, tp with and without sequence parallelism, pp 1F1B and
--- interleaved, ep, ZeRO 0-3, FSDP, offload), checkpointing, LoRA, losses,
+-- interleaved, ep, ZeRO 0-3, FSDP, optimizer and parameter offload to the
+-- host or NVMe), checkpointing, LoRA, losses,
 -- optimizers and precisions: the largest rank's device total a layout's
 -- compiled budget gives (stdlib/compiled_parallel.lua) must equal the
 -- spec edited and simulated (stdlib/parallel.lua budget) at random sizes.
@@ -43,9 +44,13 @@ while os.clock() - t0 < secs do
   local scheme = pick({ "ddp", "zero", "zero", "fsdp" })
   if scheme == "zero" then
     L.zero = pick({ 1, 2, 3 })
-    if math.random() < 0.3 then L.offload = { optimizer = "cpu" } end
+    if math.random() < 0.3 then L.offload = { optimizer = pick({ "cpu", "nvme" }) } end
+    if L.zero == 3 and math.random() < 0.3 then
+      L.offload = { optimizer = pick({ "cpu", "none" }), params = pick({ "cpu", "nvme" }) }
+    end
   elseif scheme == "fsdp" and L.tp == 1 and L.pp == 1 then
-    L.fsdp = pick({ "full_shard", "shard_grad_op" })
+    L.fsdp = pick({ "full_shard", "shard_grad_op", "hybrid_shard" })
+    if math.random() < 0.3 then L.offload = { optimizer = "cpu", params = "cpu" } end
   end
   local doc = { model = { preset = preset, overrides = over }, run = f, parallel = L }
   local ok, run = pcall(spec.normalize, doc, "parallel_eq.yaml", registry)

@@ -332,6 +332,25 @@ function tests.an_expert_loop_compiles_per_remainder()
     { batch = 1, seq = 17 }, { batch = 4, seq = 1000 }, { batch = 1, seq = 15 } })
 end
 
+-- One KV head under eager attention: the expanded K and V are views at
+-- batch 1 and copies above it. A probe traces the general case (as it does
+-- for the other operands), so the run compiles, and the batch-1 line has
+-- programs of its own; every size as simulated. (It was refused: the
+-- probes at batch 1 traced the views, those at batch 2 the copies.)
+function tests.one_kv_head_under_eager_attention_should_compile()
+  local sp = { model = { preset = "qwen2_5_1_5b_instruct",
+    overrides = { num_hidden_layers = 2, num_key_value_heads = 1 } },
+    run = { batch = 2, seq = 64, attention = "eager" } }
+  local est, why = compiled.try(spec.normalize(sp, where, registry), {})
+  T.ok(est, why)
+  for _, k in ipairs({ { 1, 1 }, { 1, 64 }, { 2, 1 }, { 2, 64 }, { 3, 1000 }, { 1, 777 } }) do
+    local s = copy(sp)
+    s.run.batch, s.run.seq = k[1], k[2]
+    T.eq(est:peak(k[1], k[2]), step.run(spec.normalize(s, where, registry)).peak,
+      ("batch %d, seq %d"):format(k[1], k[2]))
+  end
+end
+
 -- A capacity factor caps each expert at ceil(cf x rows x top_k / experts):
 -- refused with the reason, and every knob still answered (simulated).
 function tests.an_expert_capacity_is_refused_with_the_reason()
