@@ -242,6 +242,8 @@ local function with_split(run, r)
   return with(run, { text = t })
 end
 
+M.with_split = with_split
+
 -- (a fit that runs out of memory leaves the remainder simulated: Qwen3-
 -- 30B-A3B's probes trace ~98,000 ops each, 14 of them held at once)
 local function moe_set(self, r)
@@ -301,6 +303,8 @@ local function expert_loop(run)
     and run.mode == "train" and not run.rl and not run.vision and not run.vlm
     and moe_impl(run) == "loop"
 end
+
+M.expert_loop = expert_loop
 
 -- Why a mixture-of-experts step is no polynomial in its sizes, if it is
 -- that (stdlib/moe.lua routes rows x top_k assignments over the experts as

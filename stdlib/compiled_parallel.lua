@@ -30,10 +30,15 @@ local compiled = require("stdlib.compiled")
 local par = require("stdlib.parallel")
 local frameworks = require("stdlib.frameworks")
 local with = require("stdlib.run").with
+local moe = require("stdlib.moe")
 
 local M = {}
 
 local NAMES = { "batch", "seq" }
+-- transformers' expert loop (stdlib/compiled.lua expert_rows): each expert
+-- gets floor or ceil of rows x top_k / experts tokens, so its programs take
+-- the quotient q as a third size and are fitted per remainder r
+local LOOP_NAMES = { "batch", "seq", "expert_rows" }
 
 -- Why a run has no program before any probe, or nil.
 local function refused(run)
@@ -57,10 +62,13 @@ end
 -- multiples), so its programs take seq in units of tp.
 local function unit(L) return L.sp and L.tp or 1 end
 
--- One probe of a role: its rank-local run at sizes p (seq in units),
+-- One probe of a role: its rank-local run at sizes p (seq in units; an
+-- expert loop's quotient third, the run's split holding the remainder),
 -- traced.
 local function probe(run, L, role, p, exact, measuring)
-  local lrun = par.local_run(with(run, { batch = p[1], seq = p[2] * unit(L) }), L, role)
+  local changes = { batch = p[1], seq = p[2] * unit(L) }
+  if p[3] then changes.text = compiled.SIZES.expert_rows.set(run, p[3]).text end
+  local lrun = par.local_run(with(run, changes), L, role)
   lrun = with(lrun, { kernels_of = lrun.framework, framework = frameworks.EXACT, trace = true,
     trace_exact = exact })
   return par.probe_role(lrun, L, role, measuring)
@@ -70,7 +78,8 @@ end
 -- and seq, held: stdlib/compiled.lua's line sizes; nil and the reason when
 -- refused. Also the sent bytes of a measuring pass.
 local function fit(run, L, role, held, measuring)
-  local ps, deg = compiled.probes(NAMES, held, 1)
+  local names = run.text.moe and run.text.moe.split and LOOP_NAMES or NAMES
+  local ps, deg = compiled.probes(names, held, #names > 2 and 2 or 1)
   local traces, sent = {}, nil
   for i, p in ipairs(ps) do
     local ok, out = pcall(probe, run, L, role, p, next(held) ~= nil or nil, measuring)
@@ -108,32 +117,43 @@ end
 local Est = {}
 Est.__index = Est
 
--- The programs answering (batch, seq): the grid's, or a line's (fitted on
--- first use; false when it does not fit); nil at (1, 1).
-function Est:set(batch, seq)
-  if batch ~= 1 and seq ~= 1 then return self.main end
+-- The programs answering (batch, seq) and, for an expert loop, remainder
+-- r: the grid's, or a line's, each fitted on first use (false when it does
+-- not fit); nil at (1, 1).
+function Est:set(batch, seq, r)
   if batch == 1 and seq == 1 then return nil end
-  local line = batch == 1 and "batch" or "seq"
-  if self.lines[line] == nil then
-    self.lines[line] = programs(self.run, line == "batch" and { 1 } or { nil, 1 }) or false
+  local line = batch == 1 and "batch" or (seq == 1 and "seq" or "grid")
+  local key = r and line .. r or line
+  if self.sets[key] == nil then
+    local run = r and compiled.with_split(self.run, r) or self.run
+    local held = line == "batch" and { 1 } or (line == "seq" and { nil, 1 } or {})
+    self.sets[key] = programs(run, held) or false
   end
-  return self.lines[line] or nil
+  return self.sets[key] or nil
 end
 
 -- The largest rank's device total at (batch, seq); nil where no program
 -- answers (the caller simulates).
 function Est:device_total(batch, seq)
-  local u = self.unit
+  local u, q, r = self.unit, nil, nil
   if seq % u ~= 0 then return nil end
+  if self.loop then -- experts without tokens skip their ops: simulated
+    q, r = moe.split(batch * seq, self.loop.top_k, self.loop.experts)
+    if q < 1 then return nil end
+  end
   seq = seq // u
-  local set = self:set(batch, seq)
+  local set = self:set(batch, seq, r)
   if not set then return nil end
   local top
   for i = 1, #set do
     local e, reserved = set[i], nil
     if e.measure then
-      local _, _, live = e.measure:device(batch, seq)
-      reserved = e.step:device(batch, seq, live - e.sent)
+      local _, _, live
+      if q then _, _, live = e.measure:device(batch, seq, q) else _, _, live = e.measure:device(batch, seq) end
+      if q then reserved = e.step:device(batch, seq, q, live - e.sent)
+      else reserved = e.step:device(batch, seq, live - e.sent) end
+    elseif q then
+      reserved = e.step:device(batch, seq, q)
     else
       reserved = e.step:device(batch, seq)
     end
@@ -148,11 +168,19 @@ end
 function M.compile(run)
   local why = refused(run)
   if why then return nil, why end
-  local main
-  main, why = programs(run, {})
-  if not main then return nil, why end
-  local self = setmetatable({ run = run, main = main, lines = {}, fw = frameworks.of(run),
+  local self = setmetatable({ run = run, sets = {}, fw = frameworks.of(run),
     nccl = par.nccl_bytes(run.parallel), unit = unit(run.parallel) }, Est)
+  if run.parallel.ep == 1 and compiled.expert_loop(run) then
+    self.loop = { top_k = run.text.moe.top_k, experts = run.text.moe.experts }
+  end
+  -- the grid's programs at the run's own remainder, first: a run that does
+  -- not fit there is refused at once
+  local own_r = self.loop and select(2, moe.split(run.batch * run.seq, self.loop.top_k,
+    self.loop.experts))
+  local ok
+  ok, why = programs(self.loop and compiled.with_split(run, own_r) or run, {})
+  if not ok then return nil, why end
+  self.sets[own_r and "grid" .. own_r or "grid"] = ok
   -- checked against the simulator at the run's own sizes and far past the
   -- probes (a size-dependent branch the probes cannot see: a chunk count)
   local u = self.unit

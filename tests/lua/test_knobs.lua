@@ -275,6 +275,21 @@ function tests.parallel_budgets_should_compile_over_batch_and_seq()
     T.ok(answered >= 24, name .. ": " .. answered .. " points compiled")
     T.eq(K.simulated, 0, name .. ": no point simulated")
   end
+  -- experts in transformers' loop (no ep): programs per remainder of rows x
+  -- top_k by the experts; sizes of every remainder of Mixtral's (8 experts,
+  -- top-2: 0, 2, 4, 6), as simulated
+  local mix = { model = { preset = "mixtral_8x7b_v0_1", overrides = { num_hidden_layers = 2 } },
+    run = { mode = "train", batch = 2, seq = 64, precision = { params = "bf16" },
+      attention = "sdpa" }, parallel = { dp = 2, zero = 1 } }
+  local KM = knobs.new(mix, where, registry)
+  T.eq(KM.refused.parallel, nil, "an expert loop's layout compiles")
+  for _, bt in ipairs({ { 2, 64 }, { 3, 5 }, { 1, 9 }, { 3, 7 }, { 2, 3 }, { 5, 333 } }) do
+    local s = copy(mix)
+    s.run.batch, s.run.seq = bt[1], bt[2]
+    T.eq(KM:layout({}, true):device_total(bt[1], bt[2]),
+      par.budget(spec.normalize(s, where, registry)).device_total_bytes,
+      ("Mixtral dp2, batch %d, seq %d"):format(bt[1], bt[2]))
+  end
   -- under sequence parallelism an odd seq has no program: simulated
   local path = root .. "/examples/specs/qwen2_5_7b_tp2_pp2_dp2.yaml"
   local K = knobs.new(vram.yaml.load(path), path, registry)
