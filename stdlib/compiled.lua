@@ -160,7 +160,11 @@ local function fit(run, names, held, exact)
   local ps, deg = probes(names, held, #names > 2 and 2 or 1)
   local traces, nm = {}, nil
   for i, p in ipairs(ps) do
-    local tr, n = trace(run, names, p, exact)
+    local ok, tr, n = pcall(trace, run, names, p, exact)
+    if not ok then -- Sim:sized's refusal is the reason; any other error is raised
+      if type(tr) == "table" and tr.not_polynomial then return nil, tr.msg end
+      error(tr, 0)
+    end
     traces[i], nm = tr, nm or n
     -- the probe's tape (C memory the collector does not see) let go now:
     -- a large step's tapes would otherwise pile up past the memory budget

@@ -46,11 +46,6 @@ local function refused(run)
   if fw.prealloc then
     return "the framework preallocates its pool: a device total is the pool, not a peak"
   end
-  -- a loss computed in chunks: their count and size depend on the rows
-  -- (stdlib/loss.lua), past every probe
-  if run.loss == "chunked" or run.loss == "litgpt_chunked" or run.loss == "liger_fused" then
-    return ("the %s loss's chunks depend on batch x seq: no polynomial"):format(run.loss)
-  end
   if run.parallel.cp > 1 then
     return "ring attention's K/V buffers (cp > 1) are 4 x a rounded size and seq is split "
       .. "over cp: no polynomial in batch and seq"

@@ -111,6 +111,7 @@ end
 -- call returns: the previous step's chunks are live through this step's
 -- forward (call before the decoder runs; L.litgpt_chunked lets them go).
 function L.litgpt_carry(S, batch, seq, vocab, dt, chunk)
+  S:sized("litgpt's chunked loss makes ceil(seq / chunk_tokens) chunks")
   local prev = {}
   for s = 0, seq - 1, chunk do
     local len = math.min(chunk, seq - s)
@@ -131,6 +132,7 @@ end
 -- tensors are never dropped here. head: a dense lm_head (layers' linear
 -- table); prev: L.litgpt_carry's tensors.
 function L.litgpt_chunked(S, h, head, batch, seq, vocab, chunk, prev)
+  S:sized("litgpt's chunked loss makes ceil(seq / chunk_tokens) chunks")
   local H, dt, w = head.inn, h.dt, head.w
   -- x.split(chunk, dim=1): SplitBackward cats the chunk gradients into a
   -- full-size one; with batch 1 the chunks are views the head's matmul
@@ -234,6 +236,7 @@ end
 -- starts: the live bytes between the end of forward and the start of
 -- backward are low by grad_input + grad_weight, every peak is the same.
 function L.liger_fused(S, h, w, batch, seq, vocab)
+  S:sized("Liger's fused loss takes chunks of a power of two rows, at most the rows")
   local rows = batch * seq
   local H = h.n // rows
   local padded = S:new_tensor(batch * (seq + 1), "int64", "loss.pad_labels", false)
@@ -305,6 +308,7 @@ end
 -- recomputes each chunk. (Liger's fused variant, which keeps the input
 -- gradient from forward, is not modelled.) h: (rows, H); w: the head weight.
 function L.chunked(S, h, w, rows, vocab, chunk)
+  S:sized("a chunked loss's chunk is min(chunk_rows, rows)")
   local c = math.min(chunk or 1024, rows)
   local per_chunk = S:bytes(h.dt, c * vocab) + 2 * S:bytes("fp32", c * vocab)
   S:temp(per_chunk, "loss.chunk")

@@ -357,6 +357,10 @@ local function loop(S, x, B, w, rows, label)
     counts = {}
     for e = 1, o.experts do counts[e] = o.split.q + (e <= o.split.r and 1 or 0) end
   else
+    if o.capacity_factor or o.imbalance then
+      S:sized("an expert's tokens under a capacity or an imbalance are a ceiling of rows x "
+        .. "top_k / experts")
+    end
     counts = counts_of(rows, k, o.experts, o.capacity_factor, o.imbalance)
   end
   local tape = S.tape
@@ -409,6 +413,9 @@ local function grouped(S, x, B, w, rows, label)
   local o = B.o
   local H, I, k = B.hidden, o.inter, o.top_k
   local ep = o.ep or 1
+  if o.capacity_factor then
+    S:sized("an expert's capacity is ceil(capacity_factor x rows x top_k / experts)")
+  end
   local cap = M.capacity(rows * ep, k, o.experts, o.capacity_factor) -- (not the counts)
   local n = cap and cap * (o.experts // ep) or rows * k
   local perm = S:new_tensor(2 * rows * k, "int64", label .. ".permutation", false)

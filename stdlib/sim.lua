@@ -53,6 +53,19 @@ function Sim:set_category(cat)
   return prev
 end
 
+-- A compiled estimate's probe (stdlib/compiled.lua, stdlib/compiled_parallel.lua;
+-- S.probe, set by stdlib/step.lua new_sim) traces a step at small sizes and
+-- fits each change as an integer polynomial in them, assuming one op
+-- structure at every size. Code whose ops or bytes follow a size through no
+-- polynomial (a chunk count, a min with a constant, a ceiling) calls this
+-- before it does: under a probe it refuses the compile with why (the
+-- compiled paths report it, and the sizes are simulated); elsewhere it does
+-- nothing.
+Sim.NOT_POLYNOMIAL = "no polynomial in the sizes: "
+function Sim:sized(why)
+  if self.probe then error({ msg = Sim.NOT_POLYNOMIAL .. why, not_polynomial = true }, 0) end
+end
+
 -- A request of b bytes as the allocator hands it out (the tape's rounding,
 -- checked: vram.round_up).
 function Sim:round_bytes(b)

@@ -169,6 +169,7 @@ function M.new_sim(run, identity)
   -- compiled-estimate probe (which counts exact bytes as pytorch-cpu)
   S.cpu = frameworks.get(run.kernels_of or run.framework).cpu_kernels or false
   S.general_sizes = (run.trace and not run.trace_exact) and true or nil
+  S.probe = run.trace and true or nil -- Sim:sized refuses what is no polynomial
   -- identical layers and steps may be composed (models/decoder.lua's
   -- grad-free layers, repeat_steps below), not in a compiled-estimate
   -- probe; a timeline then gets the composed events copied (timeline_repeat)

@@ -165,6 +165,47 @@ function tests.a_size_that_is_no_polynomial_is_refused()
   T.eq(K:peak({ seq = 40, lora_rank = 16 }), step.run(spec.normalize(s, where, registry)).peak)
 end
 
+-- A size-dependent branch past every probe (the probes never exceed 21
+-- rows): a chunk of 128 rows, Liger's power-of-two chunks, litgpt's chunks
+-- of 128 tokens, an expert capacity. Each is refused where it is computed
+-- (Sim:sized), with the reason, and K answers as the simulator at sizes
+-- far past the probes. (A compiled program took the one-chunk structure of
+-- the probes: 6,318,864,896 B against the simulator's 3,549,295,104 at
+-- seq 1024 for the first.)
+function tests.a_branch_past_the_probes_is_refused_where_it_is_made()
+  local cases = {
+    { { impl = "chunked", chunk_rows = 128 }, "chunk is min(chunk_rows, rows)" },
+    { { impl = "liger_fused" }, "power of two rows" },
+    { { impl = "litgpt_chunked", chunk_tokens = 128 }, "ceil(seq / chunk_tokens)" },
+  }
+  for _, c in ipairs(cases) do
+    local sp = { model = { preset = "qwen2_5_1_5b_instruct", overrides = { num_hidden_layers = 2 } },
+      run = { batch = 2, seq = 64, loss = c[1] } }
+    local est, why = compiled.try(spec.normalize(sp, where, registry), {})
+    T.eq(est, nil, c[1].impl)
+    T.ok(why and why:find(c[2], 1, true), why)
+    local K = knobs.new(sp, where, registry)
+    for _, t in ipairs({ 1024, 4096 }) do
+      local s = copy(sp)
+      s.run.seq = t
+      T.eq(K:peak({ seq = t }), step.run(spec.normalize(s, where, registry)).peak,
+        c[1].impl .. ", seq " .. t)
+    end
+  end
+  local moe = { model = { preset = "mixtral_8x7b_v0_1", overrides = { num_hidden_layers = 2 } },
+    run = { mode = "train", batch = 2, seq = 64, precision = { params = "bf16" },
+      attention = "sdpa", moe = { impl = "grouped", capacity_factor = 1.25 } } }
+  local est, why = compiled.try(spec.normalize(moe, where, registry), {})
+  T.eq(est, nil)
+  T.ok(why:find("no polynomial in the sizes: an expert's capacity", 1, true), why)
+  -- a multi-GPU layout's budget says the same (stdlib/compiled_parallel.lua)
+  local lay = copy(moe)
+  lay.parallel = { dp = 2, zero = 1 }
+  local K = knobs.new(lay, where, registry)
+  T.ok(K.refused.parallel and K.refused.parallel:find("an expert's capacity", 1, true),
+    K.refused.parallel)
+end
+
 -- A spec with a parallel: table: every field of it is a knob, and the
 -- answer is the largest rank's device total, the figure `vramlua estimate`
 -- reports (parallel.budget on the spec normalized, no --gpu: the spec's
