@@ -93,6 +93,7 @@ function M.simulate(family, run, rec)
   S.grad = true
 
   -- update: one optimizer step per minibatch
+  if rl.minibatch then S:sized("an RL update takes ceil(batch / minibatch) minibatches") end
   local mb = math.min(rl.minibatch or run.batch, run.batch)
   local steps = (run.batch + mb - 1) // mb
   local part = with(full, { batch = mb })

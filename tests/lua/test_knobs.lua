@@ -192,6 +192,20 @@ function tests.a_branch_past_the_probes_is_refused_where_it_is_made()
         c[1].impl .. ", seq " .. t)
     end
   end
+  -- an RL update: ceil(batch / minibatch) minibatch steps (the probes'
+  -- batches never exceed a minibatch of 8: a PPO spec with minibatch 8
+  -- swept at batch 16 said 74.0 GB where the simulator says 62.4)
+  local ppo = { model = { preset = "qwen2_5_1_5b_instruct", overrides = { num_hidden_layers = 2 } },
+    run = { mode = "ppo", batch = 4, seq = 32, rl = { new_tokens = 4, minibatch = 8 } } }
+  local rest, rwhy = compiled.try(spec.normalize(ppo, where, registry), {})
+  T.eq(rest, nil)
+  T.ok(rwhy and rwhy:find("ceil(batch / minibatch) minibatches", 1, true), rwhy)
+  local KR = knobs.new(ppo, where, registry)
+  for _, b in ipairs({ 2, 16 }) do
+    local s = copy(ppo)
+    s.run.batch = b
+    T.eq(KR:peak({ batch = b }), step.run(spec.normalize(s, where, registry)).peak, "ppo batch " .. b)
+  end
   local moe = { model = { preset = "mixtral_8x7b_v0_1", overrides = { num_hidden_layers = 2 } },
     run = { mode = "train", batch = 2, seq = 64, precision = { params = "bf16" },
       attention = "sdpa", moe = { impl = "grouped", capacity_factor = 1.25 } } }
