@@ -46,10 +46,6 @@ local function refused(run)
   if fw.prealloc then
     return "the framework preallocates its pool: a device total is the pool, not a peak"
   end
-  if run.parallel.cp > 1 then
-    return "ring attention's K/V buffers (cp > 1) are 4 x a rounded size and seq is split "
-      .. "over cp: no polynomial in batch and seq"
-  end
 end
 
 -- The tokens a sequence comes in: sequence parallelism splits each
@@ -79,7 +75,7 @@ local function fit(run, L, role, held, measuring)
   for i, p in ipairs(ps) do
     local ok, out = pcall(probe, run, L, role, p, next(held) ~= nil or nil, measuring)
     if not ok then
-      return nil, type(out) == "table" and out.msg or (tostring(out):gsub("^" .. par.NOT_COMPILED, ""))
+      return nil, type(out) == "table" and out.msg or tostring(out) -- (Sim:sized's, or an error)
     end
     if not out or not out.trace then return nil, "a probe of the step was cut short" end
     if measuring and sent and out.sent ~= sent then return nil, "the sent activation's bytes vary" end

@@ -22,7 +22,8 @@
 -- device total, the figure `vramlua estimate` reports for the spec edited
 -- by hand (stdlib/parallel.lua budget). batch and seq are sizes of one
 -- compiled budget per layout (stdlib/compiled_parallel.lua; every other
--- knob is its structure, compiled on first use and kept); a layout whose
+-- knob is its structure: the spec's own layout is compiled at once,
+-- another once simulating it has cost as much, K:layout); a layout whose
 -- budget does not compile (K.failed, and K.refused.parallel for the spec's
 -- own, say why), K:eval, and the points no program answers are simulated,
 -- each distinct knob set once and kept, the measuring passes of equal
