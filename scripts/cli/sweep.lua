@@ -17,7 +17,10 @@ with a parallel: table: the largest rank's device total, compiled per
 layout by stdlib/compiled_parallel.lua). A LIST is
 values separated by commas, or FROM:TO:STEP. The run is compiled once
 (stdlib/compiled.lua) and each point answered in microseconds, byte-identical
-to `vramlua estimate`. With --gpu, a column says whether the point fits
+to `vramlua estimate`; a run that cannot be compiled (a size-dependent
+branch: a chunked loss, an RL update's minibatches, an expert capacity) is
+simulated at each point, and a first '# not compiled' line says why. With
+--gpu, a column says whether the point fits
 (tensors allocated plus the framework's overhead, no reserved margin).
 --html FILE also writes a page with one bar per point.
 
