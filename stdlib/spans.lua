@@ -10,12 +10,19 @@ local M = {}
 
 -- What the tape saw since tape:window() (c0: its categories then), as
 -- changes from that moment: the highest live and reserved bytes, each
--- category when live first peaked, and where each ended.
+-- category when live first peaked, and where each ended (net: only the
+-- categories that moved; a span is added to peaks once per window and most
+-- of the tape's categories stand still in it).
 function M.delta(tape, c0)
   local w = tape:window_peaks()
   local live, reserved = tape:live()
   local c1, at, net = tape:live_by_category(), {}, {}
-  for k, v in pairs(c0) do at[k], net[k] = w.at_peak[k] - v, c1[k] - v end
+  local wat = w.at_peak
+  for k, v in pairs(c0) do
+    at[k] = wat[k] - v
+    local d = c1[k] - v
+    if d ~= 0 then net[k] = d end
+  end
   return { peak = w.peak - w.start, rpeak = w.rpeak - w.rstart, at = at,
     live = live - w.start, reserved = reserved - w.rstart, net = net }
 end
@@ -42,7 +49,11 @@ end
 function Peaks:add(d) -- d: a delta, or a tensor's { live, reserved, cat }
   self.live, self.reserved = self.live + d.live, self.reserved + d.reserved
   if d.cat then self.cats[d.cat] = self.cats[d.cat] + d.live end
-  for k, v in pairs(d.net or {}) do self.cats[k] = self.cats[k] + v end
+  local net = d.net
+  if net then
+    local cats = self.cats
+    for k, v in pairs(net) do cats[k] = cats[k] + v end
+  end
 end
 
 -- a measured span (M.delta) from where the state is now
