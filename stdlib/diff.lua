@@ -7,9 +7,10 @@ local report = require("stdlib.report")
 local M = {}
 
 -- Keys that are bookkeeping, not knobs: where the config came from, its
--- provenance notes, and what a report asked the simulator to record.
+-- provenance notes, what a report asked the simulator to record, and the
+-- family's simulator (its code: the description's fields say what differs).
 local SKIP = { config_path = true, hf_config = true, timeline = true, draw_decode = true,
-  trace = true, loss_where = true }
+  trace = true, loss_where = true, sim = true }
 
 local function flatten(t, prefix, out)
   for k, v in pairs(t) do

@@ -975,7 +975,8 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
   local st = tape:stats()
   if block then st.trace, st.names = tape:take_trace(), tape:names() end -- a probe's program
   -- nil unless recorded (stdlib.timeline loads only then)
-  st.timeline = tape:timeline_len() > 0 and require("stdlib.timeline").collect(tape) or nil
+  st.timeline = tape:timeline_len() > 0 and require("stdlib.timeline").collect(tape, nil,
+    S.sparkline) or nil
   st.baseline, st.phase_end = base, st_ends
   st.param_count, st.trainable_count = total, trainable
   if lean then lean.made = rec end

@@ -70,7 +70,8 @@ R.FIELDS = {
   gpu = { "GPU id (stdlib/gpus.lua) the verdict is for, else nil" },
   grad_sum = { "out_of_place: torch < 2.0 sums a second gradient out of place; nil: in place" },
   -- set by the tools for one simulation, never by a spec
-  timeline = { "record the step's timeline (a report draws it)" },
+  timeline = { "record the step's timeline (a report draws it); \"sparkline\": its samples "
+    .. "without their categories and ops (stdlib/timeline.lua collect)" },
   trace = { "trace the tape for a compiled estimate (stdlib/compiled.lua)" },
   trace_exact = { "a probe traced with the op structure of its own sizes, not the "
     .. "general one (a batch-1 or seq-1 line, stdlib/compiled.lua)" },

@@ -175,6 +175,7 @@ function M.new_sim(run, identity)
   -- probe; a timeline then gets the composed events copied (timeline_repeat)
   S.composable = (run.compose == nil or run.compose == true) and not run.trace
   S.timeline = run.timeline and true or nil
+  S.sparkline = run.timeline == "sparkline" or nil -- lean samples (stdlib/timeline.lua collect)
   -- a drawn generation draws every decode step (up to causal_lm's
   -- DRAWN_DECODE_STEPS) for a page (estimate --html); a sparkline's columns
   -- cannot show them, so it draws the first and last
@@ -198,7 +199,8 @@ function M.finish_trace(S, st)
   st.trace = S.tape:take_trace()
   if st.trace then st.names = S.tape:names() end
   -- nil unless recorded (stdlib.timeline loads only then)
-  st.timeline = S.tape:timeline_len() > 0 and require("stdlib.timeline").collect(S.tape) or nil
+  st.timeline = S.tape:timeline_len() > 0 and require("stdlib.timeline").collect(S.tape, nil,
+    S.sparkline) or nil
   if st.timeline then st.timeline.skipped_decode = S.timeline_skipped end
   return st
 end

@@ -13,8 +13,11 @@ M.SAMPLES = 480
 --   spans = { {phase, first, last, recompute} },   (event indices)
 --   peak = { i, live, by, phase, op } }
 -- or nil when the tape kept nothing (the tape's timeline_collect walks the events in C).
-function M.collect(tape, samples)
-  return tape:timeline_collect(samples or M.SAMPLES)
+-- lean: the samples without by, op and recompute (a sparkline draws i,
+-- live and phase; tables of categories for 480 samples cost as much as
+-- the rest of a text estimate's timeline).
+function M.collect(tape, samples, lean)
+  return tape:timeline_collect(samples or M.SAMPLES, lean)
 end
 
 -- The spans merged into the step's parts as a reader names them: each
@@ -105,16 +108,27 @@ function M.sparkline(tl, width)
   local cols, marks = {}, {}
   local parts = M.parts(tl)
   local letter = M.letters(parts)
+  local samples, first = tl.samples, 1 -- the first part that may meet this column
   for c, span in ipairs(columns(tl, width)) do
     local lo, hi = span[1], span[2]
     local m = -1
-    for j = lo, hi do m = math.max(m, tl.samples[j].live) end
+    for j = lo, hi do
+      local v = samples[j].live
+      if v > m then m = v end
+    end
     local level = top > 0 and math.max(1, math.min(8, (m * 8 + top - 1) // top)) or 1
     cols[c] = BLOCKS[level]
-    local a = lo > 1 and tl.samples[lo - 1].i + 1 or 1
-    local b = tl.samples[hi].i
+    local a = lo > 1 and samples[lo - 1].i + 1 or 1
+    local b = samples[hi].i
+    -- the part holding most of events a..b, the first on a tie: the parts
+    -- tile the events in order and the columns follow them, so only the
+    -- parts from the one holding a to the one holding b can hold any (a
+    -- PPO step has thousands of parts)
+    while parts[first].last < a do first = first + 1 end
     local most, name = -1, "?"
-    for _, p in ipairs(parts) do
+    for k = first, #parts do
+      local p = parts[k]
+      if p.first > b then break end
       local o = math.min(b, p.last) - math.max(a, p.first)
       if o > most then most, name = o, p.name end
     end

@@ -851,12 +851,30 @@ typedef struct {
   size_t first, last;
 } tl_span;
 
-static void push_point(lua_State *L, const ltape *u, const tl_point *p, bool with_recompute) {
-  lua_createtable(L, 0, 6);
+/* Pushes the tape's interned string idx, made once per collect: `names`
+ * (a stack index) keeps each one met, so 480 samples of a few phases do not
+ * hash and intern the same text 480 times. */
+static void push_name(lua_State *L, const ltape *u, int names, int32_t idx) {
+  if (lua_rawgeti(L, names, (lua_Integer)idx + 1) != LUA_TNIL) return;
+  lua_pop(L, 1);
+  lua_pushstring(L, vr_tape_string(tape(L, u), idx));
+  lua_pushvalue(L, -1);
+  lua_rawseti(L, names, (lua_Integer)idx + 1);
+}
+
+/* One point: i, live, phase; full (the peak, or every sample unless the
+ * collect is lean): also by (bytes per category met so far) and op, and
+ * recompute where with_recompute. */
+static void push_point(lua_State *L, const ltape *u, int names, const tl_point *p, bool full,
+                       bool with_recompute) {
+  lua_createtable(L, 0, full ? 6 : 3);
   lua_pushinteger(L, (lua_Integer)p->i);
   lua_setfield(L, -2, "i");
   lua_pushinteger(L, (lua_Integer)p->live);
   lua_setfield(L, -2, "live");
+  push_name(L, u, names, p->phase);
+  lua_setfield(L, -2, "phase");
+  if (!full) return;
   lua_createtable(L, 0, VR_NCAT);
   for (int c = 0; c < VR_NCAT; c++)
     if (p->seen & (1u << c)) { /* the category's name: the methods' upvalue */
@@ -865,10 +883,8 @@ static void push_point(lua_State *L, const ltape *u, const tl_point *p, bool wit
       lua_rawset(L, -3);
     }
   lua_setfield(L, -2, "by");
-  lua_pushstring(L, vr_tape_string(tape(L, u), p->phase));
-  lua_setfield(L, -2, "phase");
   if (p->label >= 0) {
-    lua_pushstring(L, vr_tape_string(tape(L, u), p->label));
+    push_name(L, u, names, p->label);
     lua_setfield(L, -2, "op");
   }
   if (with_recompute) {
@@ -877,14 +893,36 @@ static void push_point(lua_State *L, const ltape *u, const tl_point *p, bool wit
   }
 }
 
-/* t:timeline_collect(k) -> {events, samples, spans, peak} | nil: the
- * timeline reduced to k samples, each the first event that reaches the
+/* Whether event e starts a span: its phase or recomputation differs from
+ * the event before it, prev. */
+static inline bool new_span(const vr_tl_event *prev, const vr_tl_event *e) {
+  return e->phase != prev->phase || (e->recompute != 0) != (prev->recompute != 0);
+}
+
+/* Point p: the timeline after event i (0-based) e, live bytes live, by
+ * category by (seen: the categories met). */
+static void keep_point(tl_point *p, size_t i, int64_t live, const int64_t *by, unsigned seen,
+                       const vr_tl_event *e) {
+  p->i = i + 1;
+  p->live = live;
+  memcpy(p->by, by, sizeof p->by);
+  p->seen = seen;
+  p->phase = e->phase;
+  p->label = e->label;
+  p->recompute = e->recompute != 0;
+}
+
+/* t:timeline_collect(k [, lean]) -> {events, samples, spans, peak} | nil:
+ * the timeline reduced to k samples, each the first event that reaches the
  * highest live bytes of its stretch (stdlib/timeline.lua documents the
- * table). Every buffer is allocated first; the passes over the events then
- * run in C without calling Lua, and the tables are made last. */
+ * table). lean: the samples carry i, live and phase only (what a sparkline
+ * draws; the peak stays whole). Every buffer is allocated first; the
+ * passes over the events then run in C without calling Lua, and the tables
+ * are made last. */
 static int l_timeline_collect(lua_State *L) {
   ltape *u = box(L);
   int64_t want = vb_checkint(L, 2, 1, "samples");
+  bool lean = lua_toboolean(L, 3);
   size_t n = vr_tape_timeline_len(tape(L, u));
   if (n == 0) {
     lua_pushnil(L);
@@ -896,64 +934,65 @@ static int l_timeline_collect(lua_State *L) {
   tl_point *pts = (tl_point *)lua_newuserdatauv(L, (k + 1) * sizeof *pts, 0);
   const vr_tl_event *ev = vr_tape_timeline_events(tape(L, u));
   /* pass 1: the first highest event of each stretch, and the span count.
-   * Stretch b holds the events i with i * k / n == b (k <= n: each holds
-   * one at least), the next starting at ceil((b + 1) * n / k) */
-  int64_t live = 0, top = 0;
-  int32_t phase = -1;
-  bool rec = false;
-  for (size_t i = 0, b = 0, start = 0; i < n; i++) {
-    const vr_tl_event *e = &ev[i];
-    live += e->delta;
-    if (i == start) { /* stretch b begins */
-      b = (size_t)((uint64_t)i * k / n);
-      start = (size_t)(((uint64_t)b + 1) * n / k + (((uint64_t)b + 1) * n % k != 0));
-      best[b] = i;
-      top = live;
-    } else if (live > top) {
-      best[b] = i;
-      top = live;
+   * Stretch b holds the events i with i * k / n == b: from ceil(b * n / k)
+   * to ceil((b + 1) * n / k) (k <= n: each holds one at least) */
+  int64_t live = 0;
+  for (size_t b = 0, i = 0; b < k; b++) {
+    size_t end = (size_t)((((uint64_t)b + 1) * n + k - 1) / k); /* n < 2^32 */
+    live += ev[i].delta;
+    int64_t top = live;
+    best[b] = i;
+    for (i++; i < end; i++) {
+      live += ev[i].delta;
+      if (live > top) {
+        top = live;
+        best[b] = i;
+      }
     }
-    if (i == 0 || e->phase != phase || (bool)e->recompute != rec) nspans++;
-    phase = e->phase;
-    rec = e->recompute;
   }
+  nspans = 1;
+  for (size_t i = 1; i < n; i++) nspans += new_span(&ev[i - 1], &ev[i]);
   tl_span *spans = (tl_span *)lua_newuserdatauv(L, nspans * sizeof *spans, 0);
   ev = vr_tape_timeline_events(tape(L, u)); /* (no Lua ran: the same events) */
-  /* pass 2: the spans, the categories at each sample, the peak */
-  tl_point cur = {0, 0, {0}, 0, -1, -1, false}, *peak = &pts[k];
-  *peak = cur;
+  /* pass 2: the spans, the categories at each sample, the peak; the
+   * running sums alone per event, a point written out where it is kept */
+  int64_t by[VR_NCAT] = {0};
+  unsigned seen = 0;
+  tl_point *peak = &pts[k];
+  *peak = (tl_point){0, 0, {0}, 0, -1, -1, false};
   live = 0;
-  size_t s = 0, next = 0;
-  for (size_t i = 0; i < n; i++) {
-    const vr_tl_event *e = &ev[i];
-    live += e->delta;
-    cur.by[e->cat] += e->delta;
-    cur.seen |= 1u << e->cat;
-    cur.i = i + 1;
-    cur.live = live;
-    cur.phase = e->phase;
-    cur.label = e->label;
-    cur.recompute = e->recompute;
-    if (i == 0 || e->phase != spans[s - 1].phase || (bool)e->recompute != spans[s - 1].recompute)
-      spans[s++] = (tl_span){e->phase, e->recompute, i + 1, i + 1};
-    else
-      spans[s - 1].last = i + 1;
-    if (live > peak->live) *peak = cur;
-    if (next < k && best[next] == i) pts[next++] = cur;
+  size_t s = 0;
+  for (size_t j = 0, i = 0; j <= k; j++) {
+    size_t stop = j < k ? best[j] + 1 : n; /* up to sample j's event, then the rest */
+    for (; i < stop; i++) {
+      const vr_tl_event *e = &ev[i];
+      live += e->delta;
+      by[e->cat] += e->delta;
+      seen |= 1u << e->cat;
+      if (i == 0 || new_span(&ev[i - 1], e)) {
+        if (s > 0) spans[s - 1].last = i;
+        spans[s++] = (tl_span){e->phase, e->recompute != 0, i + 1, 0};
+      }
+      if (live > peak->live) keep_point(peak, i, live, by, seen, e);
+    }
+    if (j < k) keep_point(&pts[j], best[j], live, by, seen, &ev[best[j]]);
   }
+  spans[s - 1].last = n;
+  lua_newtable(L); /* the names pushed so far (push_name) */
+  int names = lua_gettop(L);
   lua_createtable(L, 0, 4);
   lua_pushinteger(L, (lua_Integer)n);
   lua_setfield(L, -2, "events");
   lua_createtable(L, (int)k, 0);
   for (size_t j = 0; j < k; j++) {
-    push_point(L, u, &pts[j], true);
+    push_point(L, u, names, &pts[j], !lean, true);
     lua_rawseti(L, -2, (lua_Integer)j + 1);
   }
   lua_setfield(L, -2, "samples");
   lua_createtable(L, (int)nspans, 0);
   for (size_t j = 0; j < nspans; j++) {
     lua_createtable(L, 0, 4);
-    lua_pushstring(L, vr_tape_string(tape(L, u), spans[j].phase));
+    push_name(L, u, names, spans[j].phase);
     lua_setfield(L, -2, "phase");
     lua_pushinteger(L, (lua_Integer)spans[j].first);
     lua_setfield(L, -2, "first");
@@ -965,7 +1004,7 @@ static int l_timeline_collect(lua_State *L) {
   }
   lua_setfield(L, -2, "spans");
   if (peak->i > 0) {
-    push_point(L, u, peak, false);
+    push_point(L, u, names, peak, true, false);
   } else { /* no event rose above zero */
     lua_createtable(L, 0, 2);
     lua_pushinteger(L, 0);

@@ -26,7 +26,7 @@ if a.gpu then require("stdlib.gpus").get(a.gpu, nil, "--gpu") end
 
 local function side(path, case_id, flag)
   local run = inputs.load(path, case_id, flag, require("models.registry"))
-  run.timeline = not a.json
+  run.timeline = not a.json and "sparkline" -- two sparklines and the parts
   local b, tl
   if run.parallel then -- the largest rank's budget, as estimate prints it
     local tls

@@ -78,7 +78,8 @@ run = run or spec.normalize(doc, path, require("models.registry"))
 -- layout it compares with the rank whose figure is largest
 local rec = seen and observed.reconcile({ doc = not tr and doc or nil, path = path,
   observed = seen, kind = a.observed_kind, gpu = gpu, families = require("models.registry") })
-run.timeline = fmt == nil or fmt == "markdown" or a.html ~= nil -- drawn, not in JSON/CSV
+-- drawn, not in JSON/CSV; the page stacks the categories, a sparkline does not
+run.timeline = a.html ~= nil or ((fmt == nil or fmt == "markdown") and "sparkline")
 run.draw_decode = a.html ~= nil or nil -- the page draws every decode step (stdlib/step.lua)
 local b, st, tls
 if run.parallel then -- per-rank budgets; the top level is the largest rank's

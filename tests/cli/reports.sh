@@ -111,6 +111,13 @@ t "diff of a spec with itself changes nothing" 0 "same ok" \
    zero=$(grep -cE " 0  \[0 B\]$" s.txt)
    [ "$rows" -ge 8 ] && [ "$rows" -eq "$zero" ] || exit 3
    echo same ok'
+# two families: the family's simulator (a table of functions) is no knob;
+# it printed each function's address, different on every run
+t "diff of two families names knobs, not the families' code" 0 "families ok" \
+  '"$V" diff "$S/examples/specs/qwen3_vl_4b_ppo.yaml" "$TH" > f.txt || exit 1
+   grep -qE "^  framework +jax -> torchsharp$" f.txt || exit 3
+   grep -qE "^  sim\.|function: 0x" f.txt && exit 4
+   echo families ok'
 t "diff needs two inputs" 2 "diff needs two inputs" '"$V" diff "$TH"'
 
 # ---------------------------------------------------------------- observed
