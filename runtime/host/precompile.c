@@ -48,10 +48,105 @@ static char *slurp(const char *path, size_t *len) {
   return s;
 }
 
+/* The dump without its local variables' names (the debug section's
+ * locvars): a third of the strings a process interned when it loaded the
+ * built-in Lua (issue 18), read by nothing but debug.getlocal and the
+ * "(local 'x')" of a message about a bug in that Lua. Lines, the source
+ * name and the upvalues' names stay: errors keep their file:line, and a
+ * global stays "global 'x'" (Lua names _ENV by its upvalue's name). The
+ * layout is Lua 5.4's (ldump.c); anything else fails the build. */
+typedef struct {
+  const unsigned char *p;
+  size_t n, at;
+  buffer *out;
+  int bad;
+} rewrite;
+
+static void put(rewrite *w, const unsigned char *p, size_t n) {
+  if (!w->bad && collect(NULL, p, n, w->out) != 0) w->bad = 1;
+}
+
+/* Copies n bytes from the dump to the output (keep) or skips them. */
+static void take(rewrite *w, size_t n, int keep) {
+  if (w->bad || n > w->n - w->at) {
+    w->bad = 1;
+    return;
+  }
+  if (keep) put(w, w->p + w->at, n);
+  w->at += n;
+}
+
+/* A size or int (ldump.c dumpSize: 7 bits a byte, the last one's high bit set). */
+static size_t size_of(rewrite *w, int keep) {
+  size_t x = 0, start = w->at;
+  for (;;) {
+    if (w->bad || w->at >= w->n || x > (SIZE_MAX >> 7)) {
+      w->bad = 1;
+      return 0;
+    }
+    unsigned char c = w->p[w->at++];
+    x = (x << 7) | (c & 0x7fu);
+    if (c & 0x80u) break;
+  }
+  if (keep) put(w, w->p + start, w->at - start);
+  return x;
+}
+
+static void string_of(rewrite *w, int keep) {
+  size_t n = size_of(w, keep);
+  if (n > 0) take(w, n - 1, keep);
+}
+
+static void function_of(rewrite *w, int depth) {
+  if (depth > 200) w->bad = 1;
+  string_of(w, 1);                 /* source */
+  size_of(w, 1);                   /* linedefined */
+  size_of(w, 1);                   /* lastlinedefined */
+  take(w, 3, 1);                   /* numparams, is_vararg, maxstacksize */
+  size_t n = size_of(w, 1);        /* code */
+  take(w, n > SIZE_MAX / 4 ? SIZE_MAX : n * 4, 1);
+  n = size_of(w, 1);               /* constants */
+  for (size_t k = 0; k < n && !w->bad; k++) {
+    unsigned char tag = w->at < w->n ? w->p[w->at] : 0xff;
+    take(w, 1, 1);
+    if (tag == 0x03 || tag == 0x13) take(w, 8, 1); /* integer, float */
+    else if (tag == 0x04 || tag == 0x14) string_of(w, 1); /* short, long string */
+    else if (tag != 0x00 && tag != 0x01 && tag != 0x11) w->bad = 1; /* nil, false, true */
+  }
+  n = size_of(w, 1);               /* upvalues: instack, idx, kind */
+  take(w, n > SIZE_MAX / 3 ? SIZE_MAX : n * 3, 1);
+  n = size_of(w, 1);               /* nested functions */
+  for (size_t k = 0; k < n && !w->bad; k++) function_of(w, depth + 1);
+  n = size_of(w, 1);               /* lineinfo */
+  take(w, n, 1);
+  n = size_of(w, 1);               /* abslineinfo: pc, line */
+  for (size_t k = 0; k < n && !w->bad; k++) {
+    size_of(w, 1);
+    size_of(w, 1);
+  }
+  n = size_of(w, 0);               /* locvars: name, startpc, endpc -- left out */
+  for (size_t k = 0; k < n && !w->bad; k++) {
+    string_of(w, 0);
+    size_of(w, 0);
+    size_of(w, 0);
+  }
+  put(w, (const unsigned char *)"\x80", 1); /* none */
+  n = size_of(w, 1);               /* upvalue names */
+  for (size_t k = 0; k < n && !w->bad; k++) string_of(w, 1);
+}
+
+/* in: a whole dump; out: the same without locvars. 0, or 1. */
+static int drop_locvars(const buffer *in, buffer *out) {
+  rewrite w = {in->p, in->n, 0, out, 0};
+  take(&w, VB_NAME_AT, 1); /* header and the main function's upvalue count */
+  function_of(&w, 0);
+  return w.bad || w.at != w.n;
+}
+
 /* Writes one file's chunk as array chunk_<i>; returns 0, or 1 with a message. */
 static int emit(lua_State *L, FILE *out, int i, const char *path, uint64_t *hash, size_t *len) {
   int rc = 1;
-  buffer b = {NULL, 0, 0};
+  buffer b = {NULL, 0, 0}, lean = {NULL, 0, 0};
   char *src = slurp(path, len);
   if (!src) {
     fprintf(stderr, "precompile: cannot read %s\n", path);
@@ -72,14 +167,19 @@ static int emit(lua_State *L, FILE *out, int i, const char *path, uint64_t *hash
     goto done;
   }
   lua_pop(L, 1);
+  if (drop_locvars(&b, &lean) != 0) {
+    fprintf(stderr, "precompile: %s: unexpected dump layout (not Lua 5.4's ldump.c?)\n", path);
+    goto done;
+  }
   *hash = vb_source_hash(src, *len);
   fprintf(out, "static const unsigned char chunk_%d[] = { /* %s */\n", i, path);
-  for (size_t k = 0; k < b.n; k++)
-    fprintf(out, "%u,%s", b.p[k], k % 24 == 23 ? "\n" : "");
+  for (size_t k = 0; k < lean.n; k++)
+    fprintf(out, "%u,%s", lean.p[k], k % 24 == 23 ? "\n" : "");
   fprintf(out, "};\n");
   rc = 0;
 done:
   free(b.p);
+  free(lean.p);
   free(src);
   return rc;
 }

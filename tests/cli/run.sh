@@ -129,8 +129,12 @@ t "VRAMLUA_SOURCE_ONLY=1 parses as text" 0 "Lua files: 0 precompiled" \
 # may follow pairs() order (composed layers' gradients did, issue 18)
 t "the timeline page is the same every run" 0 "same page" \
   'S="$(dirname "$V")/../examples/specs/yxanul.yaml"; "$V" estimate "$S" --html p.html >/dev/null && cp p.html p1.html && "$V" estimate "$S" --html p.html >/dev/null && cmp -s p.html p1.html && echo "same page"'
+# the same message and traceback, but the name of a local variable: the
+# precompiled chunks leave those out (runtime/host/precompile.c)
 t "precompiled errors name file and line" 0 "stdlib/step.lua:" \
-  'a=$("$V" --debug run stdlib_error.lua 2>&1); b=$(VRAMLUA_SOURCE_ONLY=1 "$V" --debug run stdlib_error.lua 2>&1); [ "$a" = "$b" ] && echo "$a"'
+  'a=$("$V" --debug run stdlib_error.lua 2>&1); b=$(VRAMLUA_SOURCE_ONLY=1 "$V" --debug run stdlib_error.lua 2>&1)
+   echo "$b" | grep -q "(local '"'"'run'"'"')" || exit 2
+   [ "$a" = "$(echo "$b" | sed "s/ (local '"'"'[A-Za-z_0-9]*'"'"')//")" ] && echo "$a"'
 t "--trust gives io"                     0 "io-present"             '"$V" --trust run trusted.lua'
 t "--trust prints a notice"              0 "--trust"                '"$V" --trust run trusted.lua'
 t "without --trust there is no io"       0 "io-missing"             '"$V" run trusted.lua'
