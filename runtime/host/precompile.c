@@ -167,10 +167,13 @@ static int emit(lua_State *L, FILE *out, int i, const char *path, uint64_t *hash
     goto done;
   }
   lua_pop(L, 1);
-  if (drop_locvars(&b, &lean) != 0) {
+  /* and Lua's own loader must take what is left */
+  if (drop_locvars(&b, &lean) != 0 ||
+      luaL_loadbufferx(L, (const char *)lean.p, lean.n, VB_PLACEHOLDER, "b") != LUA_OK) {
     fprintf(stderr, "precompile: %s: unexpected dump layout (not Lua 5.4's ldump.c?)\n", path);
     goto done;
   }
+  lua_pop(L, 1);
   *hash = vb_source_hash(src, *len);
   fprintf(out, "static const unsigned char chunk_%d[] = { /* %s */\n", i, path);
   for (size_t k = 0; k < lean.n; k++)
