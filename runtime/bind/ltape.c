@@ -932,51 +932,61 @@ static int l_timeline_collect(lua_State *L) {
   if (n > UINT32_MAX) return luaL_error(L, "tape:timeline_collect: too many events");
   size_t *best = (size_t *)lua_newuserdatauv(L, k * sizeof *best, 0);
   tl_point *pts = (tl_point *)lua_newuserdatauv(L, (k + 1) * sizeof *pts, 0);
-  const vr_tl_event *ev = vr_tape_timeline_events(tape(L, u));
   /* pass 1: the first highest event of each stretch, and the span count.
    * Stretch b holds the events i with i * k / n == b: from ceil(b * n / k)
    * to ceil((b + 1) * n / k) (k <= n: each holds one at least) */
-  int64_t live = 0;
-  for (size_t b = 0, i = 0; b < k; b++) {
-    size_t end = (size_t)((((uint64_t)b + 1) * n + k - 1) / k); /* n < 2^32 */
-    live += ev[i].delta;
-    int64_t top = live;
-    best[b] = i;
-    for (i++; i < end; i++) {
-      live += ev[i].delta;
-      if (live > top) {
-        top = live;
-        best[b] = i;
+  const vr_tl_piece *pc = NULL;
+  size_t npc = 0, i = 0;
+  const vr_tl_event *ev = vr_tape_timeline_pieces(tape(L, u), &pc, &npc), *prev = NULL;
+  int64_t live = 0, top = 0;
+  size_t b = 0, end = 0;
+  for (size_t q = 0; q < npc; q++)
+    for (int64_t c = 0; c < pc[q].times; c++)
+      for (const vr_tl_event *e = ev + pc[q].src, *stop = e + pc[q].len; e < stop; e++, i++) {
+        live += e->delta;
+        if (i == end) { /* stretch b begins */
+          b = (size_t)((uint64_t)i * k / n);
+          end = (size_t)((((uint64_t)b + 1) * n + k - 1) / k); /* n < 2^32 */
+          best[b] = i;
+          top = live;
+        } else if (live > top) {
+          best[b] = i;
+          top = live;
+        }
+        nspans += !prev || new_span(prev, e);
+        prev = e;
       }
-    }
-  }
-  nspans = 1;
-  for (size_t i = 1; i < n; i++) nspans += new_span(&ev[i - 1], &ev[i]);
+  if (i != n) return luaL_error(L, "tape:timeline_collect: the pieces hold %I events of %I",
+                                (lua_Integer)i, (lua_Integer)n); /* a bug */
   tl_span *spans = (tl_span *)lua_newuserdatauv(L, nspans * sizeof *spans, 0);
-  ev = vr_tape_timeline_events(tape(L, u)); /* (no Lua ran: the same events) */
-  /* pass 2: the spans, the categories at each sample, the peak; the
-   * running sums alone per event, a point written out where it is kept */
+  /* pass 2 (no Lua ran: the same events): the spans, the categories at
+   * each sample, the peak; the running sums alone per event, a point
+   * written out where it is kept */
   int64_t by[VR_NCAT] = {0};
   unsigned seen = 0;
   tl_point *peak = &pts[k];
   *peak = (tl_point){0, 0, {0}, 0, -1, -1, false};
   live = 0;
-  size_t s = 0;
-  for (size_t j = 0, i = 0; j <= k; j++) {
-    size_t stop = j < k ? best[j] + 1 : n; /* up to sample j's event, then the rest */
-    for (; i < stop; i++) {
-      const vr_tl_event *e = &ev[i];
-      live += e->delta;
-      by[e->cat] += e->delta;
-      seen |= 1u << e->cat;
-      if (i == 0 || new_span(&ev[i - 1], e)) {
-        if (s > 0) spans[s - 1].last = i;
-        spans[s++] = (tl_span){e->phase, e->recompute != 0, i + 1, 0};
+  prev = NULL;
+  i = 0;
+  size_t s = 0, next = 0, at = best[0];
+  for (size_t q = 0; q < npc; q++)
+    for (int64_t c = 0; c < pc[q].times; c++)
+      for (const vr_tl_event *e = ev + pc[q].src, *stop = e + pc[q].len; e < stop; e++, i++) {
+        live += e->delta;
+        by[e->cat] += e->delta;
+        seen |= 1u << e->cat;
+        if (!prev || new_span(prev, e)) {
+          if (s > 0) spans[s - 1].last = i;
+          spans[s++] = (tl_span){e->phase, e->recompute != 0, i + 1, 0};
+        }
+        prev = e;
+        if (live > peak->live) keep_point(peak, i, live, by, seen, e);
+        if (i == at) { /* sample next's event */
+          keep_point(&pts[next++], i, live, by, seen, e);
+          at = next < k ? best[next] : SIZE_MAX;
+        }
       }
-      if (live > peak->live) keep_point(peak, i, live, by, seen, e);
-    }
-    if (j < k) keep_point(&pts[j], best[j], live, by, seen, &ev[best[j]]);
-  }
   spans[s - 1].last = n;
   lua_newtable(L); /* the names pushed so far (push_name) */
   int names = lua_gettop(L);

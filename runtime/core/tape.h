@@ -198,13 +198,22 @@ size_t vr_tape_timeline_len(const vr_tape *t);
 /* Appends events [from, to) again `times` times: what a span of identical
  * layers or steps would have kept, when the front end composes them
  * (models/decoder.lua grad_free_layers, stdlib/step.lua repeat_steps).
+ * The copies are one piece naming the events, not copies of them.
  * VR_EBADID for a range outside the timeline. */
 vr_status vr_tape_timeline_repeat(vr_tape *t, size_t from, size_t to, int64_t times);
 /* Event i (0-based), NULL when out of range. */
 const vr_tl_event *vr_tape_timeline_at(const vr_tape *t, size_t i);
-/* Every event, one array of vr_tape_timeline_len(t) (NULL when none):
- * good until the next event is kept. */
-const vr_tl_event *vr_tape_timeline_events(const vr_tape *t);
+/* The timeline as pieces: events first .. first + len * times - 1 are the
+ * kept events src .. src + len - 1, times over (times 1: a stretch of them
+ * in a row). The pieces follow each other, from event 0 to the last. */
+typedef struct {
+  size_t first, src, len;
+  int64_t times;
+} vr_tl_piece;
+/* The kept events (NULL when none) and *pieces, *npieces: good until the
+ * next event is kept or repeated. */
+const vr_tl_event *vr_tape_timeline_pieces(const vr_tape *t, const vr_tl_piece **pieces,
+                                           size_t *npieces);
 
 /* Gradient tensor of a forward tensor, -1 if none. */
 int64_t vr_tape_grad(const vr_tape *t, int64_t id);

@@ -1261,6 +1261,56 @@ START_TEST(a_window_should_measure_peaks_from_where_it_opens) {
 }
 END_TEST
 
+/* Repeated timeline events are kept once, as pieces (vr_tape_timeline_repeat):
+ * event for event they must read as the copies they stand for. Events of
+ * 1, 2, 3, ... bytes make each one recognisable; the expected sequence is
+ * written out as the copies would have been. */
+START_TEST(repeated_timeline_events_should_read_as_their_copies) {
+  int64_t want[64];
+  size_t n = 0;
+  vr_tape_timeline(t, true);
+  for (int64_t b = 1; b <= 4; b++) { /* events 0..3: 1 2 3 4 */
+    alloc(b, VR_CAT_ACTIV);
+    want[n++] = b;
+  }
+  /* events 1..2 twice more, from inside one stretch: 2 3 2 3 */
+  OK(vr_tape_timeline_repeat(t, 1, 3, 2));
+  for (int k = 0; k < 2; k++) want[n++] = 2, want[n++] = 3;
+  alloc(5, VR_CAT_ACTIV); /* a new stretch after a piece */
+  want[n++] = 5;
+  /* events 3..8 (4 2 3 2 3 5) across pieces: kept again once, then once more */
+  OK(vr_tape_timeline_repeat(t, 3, 9, 2));
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 3; i < 9; i++) want[n++] = want[i];
+  /* the last event once (times 1): then new events follow it in a row */
+  OK(vr_tape_timeline_repeat(t, n - 1, n, 1));
+  want[n] = want[n - 1];
+  n++;
+  alloc(6, VR_CAT_ACTIV);
+  want[n++] = 6;
+  OK(vr_tape_timeline_repeat(t, 0, 2, 0)); /* nothing */
+  ck_assert_int_eq(vr_tape_timeline_repeat(t, 2, n + 1, 1), VR_EBADID);
+  ck_assert_uint_eq(vr_tape_timeline_len(t), n);
+  for (size_t i = 0; i < n; i++) {
+    const vr_tl_event *e = vr_tape_timeline_at(t, i);
+    ck_assert_ptr_nonnull(e);
+    ck_assert_int_eq(e->delta, want[i]);
+  }
+  ck_assert_ptr_null(vr_tape_timeline_at(t, n));
+  /* the pieces tile the events in order */
+  const vr_tl_piece *p = NULL;
+  size_t np = 0, at = 0;
+  const vr_tl_event *ev = vr_tape_timeline_pieces(t, &p, &np);
+  ck_assert_ptr_nonnull(ev);
+  for (size_t q = 0; q < np; q++) {
+    ck_assert_uint_eq(p[q].first, at);
+    for (int64_t c = 0; c < p[q].times; c++)
+      for (size_t j = 0; j < p[q].len; j++) ck_assert_int_eq(ev[p[q].src + j].delta, want[at++]);
+  }
+  ck_assert_uint_eq(at, n);
+}
+END_TEST
+
 static Suite *tape_suite(void) {
   Suite *s = suite_create("tape");
   TCase *tc = tcase_create("names");
@@ -1337,6 +1387,11 @@ static Suite *tape_suite(void) {
   tcase_add_test(tc, an_echoed_layer_should_equal_the_layer_walked);
   tcase_add_test(tc, a_composed_layer_with_big_gradients_should_peak_as_walked);
   tcase_add_test(tc, a_nested_echo_should_equal_the_experts_walked);
+  suite_add_tcase(s, tc);
+
+  tc = tcase_create("timeline");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_add_test(tc, repeated_timeline_events_should_read_as_their_copies);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("window");
