@@ -286,9 +286,16 @@ bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *
   int64_t left[VR_TRACE_SLOTS] = {0}, rleft[VR_TRACE_SLOTS] = {0};
   memset(out, 0, sizeof *out);
   int64_t val[VR_MAXSIZES], blk[VR_MAXSIZES]; /* each distinct size's bytes and block */
+  /* and signed, as the items name them (size z * 2, + 1 for a free): never
+   * INT64_MIN (dsizes), so negated exactly */
+  int64_t sval[2 * VR_MAXSIZES], sblk[2 * VR_MAXSIZES];
   dstate s = {0, 0, 0, 0, 0, 0};
   if (!prog->device || !vr_trace_monomials(prog, sizes, m) || !dsizes(prog, m, val, blk))
     return false;
+  for (size_t k = 0; k < prog->nsizes; k++) {
+    sval[2 * k] = val[k], sval[2 * k + 1] = -val[k];
+    sblk[2 * k] = blk[k], sblk[2 * k + 1] = -blk[k];
+  }
   for (size_t dj = 0; dj < prog->ndops; dj++) {
     const vr_dop *d = &prog->dops[dj];
     int64_t x = 0, rx = 0;
@@ -296,13 +303,12 @@ bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *
       x = d->a;
       rx = d->b;
       const int32_t *it = prog->items + d->first;
+      unsigned over = 0; /* any addition out of range, one branch per run */
       for (int32_t k = 0; k < d->n; k++) {
-        int32_t z = it[k] >> 1;
-        bool ok = (it[k] & 1) ? vr_sub(x, val[z], &x) && vr_sub(rx, blk[z], &rx)
-                              : vr_add(x, val[z], &x) && vr_add(rx, blk[z], &rx);
-        if (!ok) return false;
+        over |= (unsigned)!vr_add(x, sval[it[k]], &x);
+        over |= (unsigned)!vr_add(rx, sblk[it[k]], &rx);
       }
-      if (!dadd(&s, x, rx)) return false;
+      if (over || !dadd(&s, x, rx)) return false;
       continue;
     }
     size_t j = (size_t)d->a;
