@@ -351,7 +351,16 @@ function M.compile(run, where, opts)
   if not prog then
     errors.input(where, "", "this run cannot be compiled: " .. why .. moe_why(run))
   end
-  return setmetatable({ prog = prog, run = run, lines = {}, sizes = names }, Est)
+  local est = setmetatable({ prog = prog, run = run, lines = {}, sizes = names }, Est)
+  -- the probes are small (seq up to 7): a branch on a size past them (a
+  -- window, a threshold) would make the program answer wrongly beyond it,
+  -- so at the run's own sizes the program must give the simulator's answer
+  if run.batch > 1 and (run.seq or 0) > 1
+      and prog:peak(table.unpack(est:own())) ~= step.run(run).peak then
+    errors.input(where, "", "this run cannot be compiled: at its own sizes the program differs "
+      .. "from the simulator (a size-dependent branch the probes do not reach)")
+  end
+  return est
 end
 
 -- The expert loop's estimate, its own remainder's programs fitted now and

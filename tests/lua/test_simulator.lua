@@ -335,6 +335,31 @@ function tests.runs_whose_sizes_are_not_polynomials_are_refused()
   T.raises(function() compiled.compile(run) end, "cannot be compiled")
 end
 
+-- A branch on a size past the probes (a window, a threshold) is caught at
+-- the run's own sizes: refused, not answered wrongly beyond it. Here a
+-- family whose step holds 1 GiB more once seq passes 100.
+function tests.a_branch_past_the_probes_is_refused_at_the_runs_own_sizes()
+  local compiled = require("stdlib.compiled")
+  local run = small({ seq = 200 })
+  local sim = {}
+  for k, v in pairs(run.sim) do sim[k] = v end
+  sim.forward_loss = function(S, P, r, ...)
+    if r.seq > 100 then S.tape:alloc(1 << 30, "activations", "past_the_probes") end
+    return run.sim.forward_loss(S, P, r, ...)
+  end
+  local r = {}
+  for k, v in pairs(run) do r[k] = v end
+  r.sim = sim
+  T.ok(step.run(r).peak >= step.run(run).peak + (1 << 30), "the branch is taken at seq 200")
+  T.raises(function() compiled.compile(r) end, "at its own sizes the program differs")
+  r.seq = 50 -- below the branch: compiled, and right up to it
+  local est = compiled.compile(r)
+  local q = {}
+  for k, v in pairs(r) do q[k] = v end
+  q.seq = 100
+  T.eq(est:peak(2, 100), step.run(q).peak, "at seq 100")
+end
+
 -- A VLM run spec takes the image through the processor's rules: Qwen3-VL
 -- with a 500,000-pixel cap resizes 1024 x 768 to multiples of 32 under the
 -- cap; the inputs are then 3 x H x W fp32 per image, 2 images per sample.
