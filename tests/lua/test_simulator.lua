@@ -360,6 +360,41 @@ function tests.a_branch_past_the_probes_is_refused_at_the_runs_own_sizes()
   T.eq(est:peak(2, 100), step.run(q).peak, "at seq 100")
 end
 
+-- Sliding windows branch on seq past the probes' sizes in the models
+-- (masks, a generation's window cache): the compiled answer across a window
+-- of 64 is the simulator's, in training (Gemma 2: every other layer
+-- windowed, eager) and in generation (Mistral: every layer, sdpa).
+function tests.compiled_estimates_equal_the_simulation_across_a_sliding_window()
+  local compiled = require("stdlib.compiled")
+  local gemma2 = { model_type = "gemma2", vocab_size = 256000, hidden_size = 2304,
+    intermediate_size = 9216, num_hidden_layers = 4, num_attention_heads = 8,
+    num_key_value_heads = 4, head_dim = 256, tie_word_embeddings = true, sliding_window = 64,
+    attn_logit_softcapping = 50.0, final_logit_softcapping = 30.0 }
+  local cfg = os.tmpname()
+  local f = assert(io.open(cfg, "w"))
+  f:write(vram.json.encode(gemma2))
+  f:close()
+  local runs = {
+    spec.normalize({ model = { config = cfg }, run = { mode = "train", batch = 2, seq = 16,
+      attention = "eager", precision = { params = "bf16" } } }, root .. "/tests/lua/spec.yaml",
+      registry),
+    spec.normalize({ model = { preset = "mistral_7b_v0_1", overrides = { num_hidden_layers = 4,
+      sliding_window = 64 } }, run = { mode = "generate", generate_tokens = 8, batch = 2,
+      seq = 16, attention = "sdpa", precision = { params = "bf16" } } },
+      root .. "/tests/lua/spec.yaml", registry),
+  }
+  os.remove(cfg)
+  for k, run in ipairs(runs) do
+    local est = compiled.compile(run)
+    for _, seq in ipairs({ 60, 64, 65, 129, 300 }) do
+      local r = {}
+      for key, v in pairs(run) do r[key] = v end
+      r.batch, r.seq = 3, seq
+      T.eq(est:peak(3, seq), step.run(r).peak, ("run %d at seq %d"):format(k, seq))
+    end
+  end
+end
+
 -- A VLM run spec takes the image through the processor's rules: Qwen3-VL
 -- with a 500,000-pixel cap resizes 1024 x 768 to multiples of 32 under the
 -- cap; the inputs are then 3 x H x W fp32 per image, 2 images per sample.
