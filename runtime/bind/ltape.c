@@ -831,6 +831,9 @@ static int l_timeline_repeat(lua_State *L) {
     return luaL_error(L, "tape:timeline_repeat: events %I..%I are not all kept (the tape "
                          "kept %I)", (lua_Integer)first, (lua_Integer)last,
                       (lua_Integer)vr_tape_timeline_len(t));
+  if (st == VR_EOVERFLOW)
+    return luaL_error(L, "tape:timeline_repeat: %I copies: more than 2^26 events in all",
+                      (lua_Integer)times);
   if (st != VR_OK) return fail(L, "timeline_repeat", st);
   return 0;
 }

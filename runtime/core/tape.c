@@ -1359,7 +1359,9 @@ vr_status vr_tape_timeline_repeat(vr_tape *t, size_t from, size_t to, int64_t ti
   if (from > to || to > t->tl_n || times < 0) return VR_EBADID;
   size_t span = to - from;
   if (span == 0 || times == 0) return VR_OK;
-  if ((uint64_t)times > (SIZE_MAX - t->tl_n) / span) return VR_ENOMEM;
+  /* copies cost nothing to keep but every one is walked when collected:
+   * at most VR_TL_MAX events in all (as copies, the memory budget bounded them) */
+  if (t->tl_n >= VR_TL_MAX || (uint64_t)times > (VR_TL_MAX - t->tl_n) / span) return VR_EOVERFLOW;
   /* where the range's events are kept in a row: inside one stretch piece,
    * else (it spans pieces) kept again once, in a row, and repeated from there */
   const vr_tl_piece *p = piece_of(t, from);

@@ -201,6 +201,9 @@ size_t vr_tape_timeline_len(const vr_tape *t);
  * The copies are one piece naming the events, not copies of them.
  * VR_EBADID for a range outside the timeline. */
 vr_status vr_tape_timeline_repeat(vr_tape *t, size_t from, size_t to, int64_t times);
+/* The timeline's events at most, repeats included (VR_EOVERFLOW past it):
+ * a collect walks every one (2^26: ~2 s). */
+#define VR_TL_MAX ((size_t)1 << 26)
 /* Event i (0-based), NULL when out of range. */
 const vr_tl_event *vr_tape_timeline_at(const vr_tape *t, size_t i);
 /* The timeline as pieces: events first .. first + len * times - 1 are the

@@ -1290,6 +1290,8 @@ START_TEST(repeated_timeline_events_should_read_as_their_copies) {
   want[n++] = 6;
   OK(vr_tape_timeline_repeat(t, 0, 2, 0)); /* nothing */
   ck_assert_int_eq(vr_tape_timeline_repeat(t, 2, n + 1, 1), VR_EBADID);
+  /* copies are cheap to keep but each is walked when collected: bounded */
+  ck_assert_int_eq(vr_tape_timeline_repeat(t, 0, 2, (int64_t)VR_TL_MAX), VR_EOVERFLOW);
   ck_assert_uint_eq(vr_tape_timeline_len(t), n);
   for (size_t i = 0; i < n; i++) {
     const vr_tl_event *e = vr_tape_timeline_at(t, i);
