@@ -935,6 +935,7 @@ static int l_timeline_collect(lua_State *L) {
   if (n > UINT32_MAX) return luaL_error(L, "tape:timeline_collect: too many events");
   size_t *best = (size_t *)lua_newuserdatauv(L, k * sizeof *best, 0);
   tl_point *pts = (tl_point *)lua_newuserdatauv(L, (k + 1) * sizeof *pts, 0);
+  memset(pts, 0, (k + 1) * sizeof *pts); /* (every one is written unless the timeline changed) */
   /* pass 1: the first highest event of each stretch, and the span count.
    * Stretch b holds the events i with i * k / n == b: from ceil(b * n / k)
    * to ceil((b + 1) * n / k) (k <= n: each holds one at least) */
@@ -962,9 +963,14 @@ static int l_timeline_collect(lua_State *L) {
   if (i != n) return luaL_error(L, "tape:timeline_collect: the pieces hold %I events of %I",
                                 (lua_Integer)i, (lua_Integer)n); /* a bug */
   tl_span *spans = (tl_span *)lua_newuserdatauv(L, nspans * sizeof *spans, 0);
-  /* pass 2 (no Lua ran: the same events): the spans, the categories at
-   * each sample, the peak; the running sums alone per event, a point
-   * written out where it is kept */
+  /* that allocation may have run a finalizer, and it the tape's methods:
+   * the pieces are read again, and a timeline that changed is refused */
+  size_t npc_now = 0;
+  ev = vr_tape_timeline_pieces(tape(L, u), &pc, &npc_now);
+  if (npc_now != npc || vr_tape_timeline_len(tape(L, u)) != n)
+    return luaL_error(L, "tape:timeline_collect: the timeline changed while it was collected");
+  /* pass 2: the spans, the categories at each sample, the peak; the
+   * running sums alone per event, a point written out where it is kept */
   int64_t by[VR_NCAT] = {0};
   unsigned seen = 0;
   tl_point *peak = &pts[k];
@@ -980,6 +986,9 @@ static int l_timeline_collect(lua_State *L) {
         by[e->cat] += e->delta;
         seen |= 1u << e->cat;
         if (!prev || new_span(prev, e)) {
+          if (s == nspans) /* (the same counts, other events) */
+            return luaL_error(L, "tape:timeline_collect: the timeline changed while it was "
+                                 "collected");
           if (s > 0) spans[s - 1].last = i;
           spans[s++] = (tl_span){e->phase, e->recompute != 0, i + 1, 0};
         }
