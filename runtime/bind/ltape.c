@@ -896,19 +896,13 @@ static void push_point(lua_State *L, const ltape *u, int names, const tl_point *
   }
 }
 
-/* Whether event e starts a span: its phase or recomputation differs from
- * the event before it, prev. */
-static inline bool new_span(const vr_tl_event *prev, const vr_tl_event *e) {
-  return e->phase != prev->phase || (e->recompute != 0) != (prev->recompute != 0);
-}
-
 /* Point p: the timeline after event i (0-based) e, live bytes live, by
- * category by (seen: the categories met). */
-static void keep_point(tl_point *p, size_t i, int64_t live, const int64_t *by, unsigned seen,
-                       const vr_tl_event *e) {
+ * category by (seen: the categories met; by copied only with categories). */
+static inline void keep_point(tl_point *p, size_t i, int64_t live, const int64_t *by,
+                              unsigned seen, const vr_tl_event *e, bool categories) {
   p->i = i + 1;
   p->live = live;
-  memcpy(p->by, by, sizeof p->by);
+  if (categories) memcpy(p->by, by, sizeof p->by);
   p->seen = seen;
   p->phase = e->phase;
   p->label = e->label;
@@ -931,74 +925,53 @@ static int l_timeline_collect(lua_State *L) {
     lua_pushnil(L);
     return 1;
   }
-  size_t k = (uint64_t)want < (uint64_t)n ? (size_t)want : n, nspans = 0;
-  if (n > UINT32_MAX) return luaL_error(L, "tape:timeline_collect: too many events");
-  size_t *best = (size_t *)lua_newuserdatauv(L, k * sizeof *best, 0);
+  size_t k = (uint64_t)want < (uint64_t)n ? (size_t)want : n;
+  size_t nspans = vr_tape_timeline_spans(tape(L, u));
+  if (n > UINT32_MAX || nspans == 0 || nspans > n)
+    return luaL_error(L, "tape:timeline_collect: %I events in %I spans: not a timeline",
+                      (lua_Integer)n, (lua_Integer)nspans);
   tl_point *pts = (tl_point *)lua_newuserdatauv(L, (k + 1) * sizeof *pts, 0);
-  memset(pts, 0, (k + 1) * sizeof *pts); /* (every one is written unless the timeline changed) */
-  /* pass 1: the first highest event of each stretch, and the span count.
-   * Stretch b holds the events i with i * k / n == b: from ceil(b * n / k)
-   * to ceil((b + 1) * n / k) (k <= n: each holds one at least) */
-  const vr_tl_piece *pc = NULL;
-  size_t npc = 0, i = 0;
-  const vr_tl_event *ev = vr_tape_timeline_pieces(tape(L, u), &pc, &npc), *prev = NULL;
-  int64_t live = 0, top = 0;
-  size_t b = 0, end = 0;
-  for (size_t q = 0; q < npc; q++)
-    for (int64_t c = 0; c < pc[q].times; c++)
-      for (const vr_tl_event *e = ev + pc[q].src, *stop = e + pc[q].len; e < stop; e++, i++) {
-        live += e->delta;
-        if (i == end) { /* stretch b begins */
-          b = (size_t)((uint64_t)i * k / n);
-          end = (size_t)((((uint64_t)b + 1) * n + k - 1) / k); /* n < 2^32 */
-          best[b] = i;
-          top = live;
-        } else if (live > top) {
-          best[b] = i;
-          top = live;
-        }
-        nspans += !prev || new_span(prev, e);
-        prev = e;
-      }
-  if (i != n) return luaL_error(L, "tape:timeline_collect: the pieces hold %I events of %I",
-                                (lua_Integer)i, (lua_Integer)n); /* a bug */
   tl_span *spans = (tl_span *)lua_newuserdatauv(L, nspans * sizeof *spans, 0);
-  /* that allocation may have run a finalizer, and it the tape's methods:
-   * the pieces are read again, and a timeline that changed is refused */
-  size_t npc_now = 0;
-  ev = vr_tape_timeline_pieces(tape(L, u), &pc, &npc_now);
-  if (npc_now != npc || vr_tape_timeline_len(tape(L, u)) != n)
+  /* (an allocation may run a finalizer, and it the tape's methods) */
+  if (vr_tape_timeline_len(tape(L, u)) != n || vr_tape_timeline_spans(tape(L, u)) != nspans)
     return luaL_error(L, "tape:timeline_collect: the timeline changed while it was collected");
-  /* pass 2: the spans, the categories at each sample, the peak; the
-   * running sums alone per event, a point written out where it is kept */
-  int64_t by[VR_NCAT] = {0};
+  /* one pass over the events, in C (no Lua runs until the tables are
+   * made): the running sums, the spans, the peak, and each stretch's first
+   * highest event, its point written out at every new high of the stretch
+   * (lean: without the categories). Stretch b holds the events i with
+   * i * k / n == b: from ceil(b * n / k) to ceil((b + 1) * n / k) (k <= n:
+   * each holds one at least). */
+  const vr_tl_piece *pc = NULL;
+  size_t npc = 0, i = 0, b = 0, end = 0, s = 0;
+  const vr_tl_event *ev = vr_tape_timeline_pieces(tape(L, u), &pc, &npc), *prev = NULL;
+  int64_t live = 0, top = 0, by[VR_NCAT] = {0};
   unsigned seen = 0;
   tl_point *peak = &pts[k];
   *peak = (tl_point){0, 0, {0}, 0, -1, -1, false};
-  live = 0;
-  prev = NULL;
-  i = 0;
-  size_t s = 0, next = 0, at = best[0];
   for (size_t q = 0; q < npc; q++)
     for (int64_t c = 0; c < pc[q].times; c++)
       for (const vr_tl_event *e = ev + pc[q].src, *stop = e + pc[q].len; e < stop; e++, i++) {
         live += e->delta;
         by[e->cat] += e->delta;
         seen |= 1u << e->cat;
-        if (!prev || new_span(prev, e)) {
-          if (s == nspans) /* (the same counts, other events) */
-            return luaL_error(L, "tape:timeline_collect: the timeline changed while it was "
-                                 "collected");
+        if (!prev || vr_tl_new_span(prev, e)) {
+          if (s == nspans) goto miscounted;
           if (s > 0) spans[s - 1].last = i;
           spans[s++] = (tl_span){e->phase, e->recompute != 0, i + 1, 0};
         }
         prev = e;
-        if (live > peak->live) keep_point(peak, i, live, by, seen, e);
-        if (i == at) { /* sample next's event */
-          keep_point(&pts[next++], i, live, by, seen, e);
-          at = next < k ? best[next] : SIZE_MAX;
+        if (live > peak->live) keep_point(peak, i, live, by, seen, e, true);
+        if (i == end) { /* stretch b begins */
+          b = (size_t)((uint64_t)i * k / n);
+          end = (size_t)((((uint64_t)b + 1) * n + k - 1) / k); /* n < 2^32 */
+          top = live;
+          keep_point(&pts[b], i, live, by, seen, e, !lean);
+        } else if (live > top) {
+          top = live;
+          keep_point(&pts[b], i, live, by, seen, e, !lean);
         }
       }
+  if (i != n || s != nspans) goto miscounted;
   spans[s - 1].last = n;
   lua_newtable(L); /* the names pushed so far (push_name) */
   int names = lua_gettop(L);
@@ -1036,6 +1009,9 @@ static int l_timeline_collect(lua_State *L) {
   }
   lua_setfield(L, -2, "peak");
   return 1;
+miscounted: /* the tape's span count and its pieces disagree: a bug */
+  return luaL_error(L, "tape:timeline_collect: the tape counted %I spans, its events hold "
+                       "others", (lua_Integer)nspans);
 }
 
 /* t:timeline_event(i) -> delta, category, phase, recompute, label|nil

@@ -121,6 +121,8 @@ struct vr_tape {
   VEC(vr_tl_event) tl;
   VEC(vr_tl_piece) tlp;
   size_t tl_n;
+  size_t tl_spans;     /* spans in the tl_n events (vr_tape_timeline_spans) */
+  vr_tl_event tl_last; /* the last of them, when tl_n > 0 */
   /* a capture (vr_tape_capture_begin): its allocs and temps, whether it is
    * open, whether another call spoiled it, whether it ended ready to repeat,
    * the first tensor it created and the tensor count a repeat starts from */
@@ -229,7 +231,7 @@ void vr_tape_reset(vr_tape *t) {
   vr_trace_free(t->trace);
   t->trace = NULL;
   t->marks = 0;
-  t->tensors.n = t->nodes.n = t->ids.n = t->edges.n = t->events.n = t->tl.n = t->tlp.n = t->tl_n = t->cap.n = 0;
+  t->tensors.n = t->nodes.n = t->ids.n = t->edges.n = t->events.n = t->tl.n = t->tlp.n = t->tl_n = t->tl_spans = t->cap.n = 0;
   t->capturing = t->cap_bad = t->cap_ready = false;
   for (int i = 0; i < VR_ECHO_DEPTH; i++) t->echo[i].ev.n = 0;
   t->echo_depth = 0;
@@ -399,6 +401,8 @@ __attribute__((noinline)) static vr_status log_delta(vr_tape *t, int64_t delta, 
       PUSH(t, t->tlp, p, return VR_ENOMEM);
     }
     PUSH(t, t->tl, e, return VR_ENOMEM); /* (a piece too many on failure: the tape fails) */
+    if (t->tl_n == 0 || vr_tl_new_span(&t->tl_last, &e)) t->tl_spans++;
+    t->tl_last = e;
     t->tl_n++;
   }
   return VR_OK;
@@ -1373,11 +1377,22 @@ vr_status vr_tape_timeline_repeat(vr_tape *t, size_t from, size_t to, int64_t ti
     src = t->tl.n;
     for (size_t i = from; i < to; i++) t->tl.v[t->tl.n++] = *vr_tape_timeline_at(t, i);
   }
+  /* the spans the copies add: the range's own boundaries in each copy, the
+   * boundary into the first copy and the one between copies */
+  const vr_tl_event *r = t->tl.v + src;
+  size_t inner = 0;
+  for (size_t j = 1; j < span; j++) inner += vr_tl_new_span(&r[j - 1], &r[j]);
+  size_t add = vr_tl_new_span(&t->tl_last, &r[0]) + inner +
+               (size_t)(times - 1) * (vr_tl_new_span(&r[span - 1], &r[0]) + inner);
   vr_tl_piece q = {t->tl_n, src, span, times};
   PUSH(t, t->tlp, q, return VR_ENOMEM);
   t->tl_n += span * (size_t)times;
+  t->tl_spans += add;
+  t->tl_last = r[span - 1];
   return VR_OK;
 }
+
+size_t vr_tape_timeline_spans(const vr_tape *t) { return t->tl_spans; }
 
 const vr_tl_event *vr_tape_timeline_at(const vr_tape *t, size_t i) {
   if (i >= t->tl_n) return NULL;

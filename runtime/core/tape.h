@@ -213,6 +213,14 @@ typedef struct {
   size_t first, src, len;
   int64_t times;
 } vr_tl_piece;
+/* Whether event e, after event prev, begins a span of the timeline: its
+ * phase or its recomputation differs. */
+static inline bool vr_tl_new_span(const vr_tl_event *prev, const vr_tl_event *e) {
+  return e->phase != prev->phase || (e->recompute != 0) != (prev->recompute != 0);
+}
+/* The spans of the timeline (events in a row of one phase and
+ * recomputation), repeats included: counted as events are kept. */
+size_t vr_tape_timeline_spans(const vr_tape *t);
 /* The kept events (NULL when none) and *pieces, *npieces: good until the
  * next event is kept or repeated. */
 const vr_tl_event *vr_tape_timeline_pieces(const vr_tape *t, const vr_tl_piece **pieces,
