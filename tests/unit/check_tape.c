@@ -1313,6 +1313,32 @@ START_TEST(repeated_timeline_events_should_read_as_their_copies) {
 }
 END_TEST
 
+/* The spans the tape counts (runs of one phase and recomputation) are the
+ * runs its events hold, repeats included: phases a, b alternate, and
+ * ranges that start, end and fall inside a run are repeated. */
+START_TEST(timeline_spans_should_be_counted_as_the_events_hold_them) {
+  vr_tape_timeline(t, true);
+  const char *ph[] = {"a", "a", "b", "b", "a", "b"};
+  for (int k = 0; k < 6; k++) {
+    OK(vr_tape_phase(t, ph[k]));
+    alloc(k + 1, VR_CAT_ACTIV);
+  }
+  OK(vr_tape_timeline_repeat(t, 1, 3, 3));  /* a b, three times */
+  OK(vr_tape_timeline_repeat(t, 2, 4, 2));  /* b b: within a run */
+  OK(vr_tape_phase(t, "b"));
+  alloc(7, VR_CAT_ACTIV);                   /* continues the last run */
+  OK(vr_tape_timeline_repeat(t, 0, 12, 1)); /* across pieces */
+  OK(vr_tape_timeline_repeat(t, 5, 6, 4));  /* one event */
+  size_t n = vr_tape_timeline_len(t), runs = 0;
+  for (size_t i = 0; i < n; i++)
+    runs += i == 0 || vr_tl_new_span(vr_tape_timeline_at(t, i - 1), vr_tape_timeline_at(t, i));
+  ck_assert_uint_gt(runs, 6);
+  ck_assert_uint_eq(vr_tape_timeline_spans(t), runs);
+  vr_tape_reset(t);
+  ck_assert_uint_eq(vr_tape_timeline_spans(t), 0);
+}
+END_TEST
+
 static Suite *tape_suite(void) {
   Suite *s = suite_create("tape");
   TCase *tc = tcase_create("names");
@@ -1394,6 +1420,7 @@ static Suite *tape_suite(void) {
   tc = tcase_create("timeline");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, repeated_timeline_events_should_read_as_their_copies);
+  tcase_add_test(tc, timeline_spans_should_be_counted_as_the_events_hold_them);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("window");
