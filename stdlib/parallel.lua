@@ -974,9 +974,7 @@ local function pass(family, run, L, role, held, mid, cutoff, lean)
   for _, x in ipairs(inputs) do S:drop(x) end
   local st = tape:stats()
   if block then st.trace, st.names = tape:take_trace(), tape:names() end -- a probe's program
-  -- nil unless recorded (stdlib.timeline loads only then)
-  st.timeline = tape:timeline_len() > 0 and require("stdlib.timeline").collect(tape, nil,
-    S.sparkline) or nil
+  st.timeline = step.timeline(S)
   st.baseline, st.phase_end = base, st_ends
   st.param_count, st.trainable_count = total, trainable
   if lean then lean.made = rec end

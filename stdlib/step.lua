@@ -194,13 +194,18 @@ function M.new_sim(run, identity)
   return S
 end
 
+-- The timeline S's tape recorded, collected (lean for a sparkline), or nil
+-- when it recorded none (stdlib.timeline loads only then).
+function M.timeline(S)
+  if S.tape:timeline_len() == 0 then return nil end
+  return require("stdlib.timeline").collect(S.tape, nil, S.sparkline)
+end
+
 -- A probe's trace and the names its ops refer to (stdlib/compiled.lua).
 function M.finish_trace(S, st)
   st.trace = S.tape:take_trace()
   if st.trace then st.names = S.tape:names() end
-  -- nil unless recorded (stdlib.timeline loads only then)
-  st.timeline = S.tape:timeline_len() > 0 and require("stdlib.timeline").collect(S.tape, nil,
-    S.sparkline) or nil
+  st.timeline = M.timeline(S)
   if st.timeline then st.timeline.skipped_decode = S.timeline_skipped end
   return st
 end

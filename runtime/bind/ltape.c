@@ -913,8 +913,8 @@ static inline void keep_point(tl_point *p, size_t i, int64_t live, const int64_t
  * the timeline reduced to k samples, each the first event that reaches the
  * highest live bytes of its stretch (stdlib/timeline.lua documents the
  * table). lean: the samples carry i, live and phase only (what a sparkline
- * draws; the peak stays whole). Every buffer is allocated first; the
- * passes over the events then run in C without calling Lua, and the tables
+ * draws; the peak stays whole). Every buffer is allocated first; the one
+ * pass over the events then runs in C without calling Lua, and the tables
  * are made last. */
 static int l_timeline_collect(lua_State *L) {
   ltape *u = box(L);

@@ -231,7 +231,8 @@ void vr_tape_reset(vr_tape *t) {
   vr_trace_free(t->trace);
   t->trace = NULL;
   t->marks = 0;
-  t->tensors.n = t->nodes.n = t->ids.n = t->edges.n = t->events.n = t->tl.n = t->tlp.n = t->tl_n = t->tl_spans = t->cap.n = 0;
+  t->tensors.n = t->nodes.n = t->ids.n = t->edges.n = t->events.n = t->cap.n = 0;
+  t->tl.n = t->tlp.n = t->tl_n = t->tl_spans = 0;
   t->capturing = t->cap_bad = t->cap_ready = false;
   for (int i = 0; i < VR_ECHO_DEPTH; i++) t->echo[i].ev.n = 0;
   t->echo_depth = 0;
