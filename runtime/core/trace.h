@@ -80,12 +80,13 @@ typedef struct {
 #define VR_MAXSIZES 2048 /* distinct sizes of a device program */
 
 /* A device program's evaluation order: its ops, with each run of
- * consecutive changes of one sign (for every size: allocations, or frees)
- * folded into one, its constant bytes and blocks summed (a, b) and its
- * sizes listed (items [first, first + n): a size's index x 2, + 1 for a
- * free). Within such a run live and reserved bytes only grow or only
- * shrink, so its end is the only moment that can be a peak. Any other op
- * is op index a of the program. */
+ * consecutive changes that ends at a moment to check folded into one, its
+ * constant bytes and blocks summed (a, b) and its sizes listed (items
+ * [first, first + n): a size's index x 2, + 1 for a free). Every other
+ * moment of a run is no higher than a checked one, for every size
+ * (trace_device.c dominated, dominated_before), so a run's end is the only
+ * moment of it that can be a peak. Any other op is op index a of the
+ * program. */
 typedef struct {
   int32_t run, n;
   int64_t a, b;
@@ -111,6 +112,11 @@ typedef struct vr_trace {
   size_t ndops, dops_cap;
   int32_t *items;                 /* device programs: the runs' sizes */
   size_t nitems, items_cap;
+  /* device programs: the most items of one run, and the largest magnitude
+   * of a run's constants (INT64_MAX standing for INT64_MIN): when a point's
+   * sizes are small enough, no partial sum of a run can overflow */
+  int32_t run_items_max;
+  int64_t run_const_max;
   vr_mem mem;                     /* where ops (and the trace itself, if new) live */
   /* programs: */
   vr_grid grid;                   /* the sizes, their degrees and fixed values */

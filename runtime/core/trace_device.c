@@ -131,6 +131,38 @@ static bool dominated(const vr_trace *prog, size_t k, size_t end, tally *t) {
   return found;
 }
 
+/* Changes looked back for a moment at least as high (dominated_before). */
+#define LOOKBACK 96
+
+/* Whether the moment after change k is no higher than the moment after an
+ * earlier change i of the stretch that begins at `begin`, for every size,
+ * in allocated and in reserved bytes: the changes in (i, k] allocate no
+ * size more often than they free it, leave only sizes of bytes >= 0, and
+ * their constants add up to <= 0. i must be a moment that is checked or
+ * itself so dominated (may[i]): dominance that only points back ends at a
+ * checked moment, and one pointing forward (dominated) never leads to a
+ * moment that points back to it. The backward layers of a pipeline stage
+ * repeat one pattern whose net change frees (activations give way to
+ * gradients): each layer's moments are no higher than the layer's before.
+ * A stretch of changes holds no MEASURE, so the excursion a composed
+ * layer's backward reads (dstate's watch) sees the same highs. */
+static bool dominated_before(const vr_trace *prog, size_t begin, size_t k, const uint8_t *may,
+                             tally *t) {
+  int64_t a = 0, b = 0; /* the constants in (i, k], negated */
+  bool found = false;
+  for (size_t j = k; j > begin && j + LOOKBACK > k && !found; j--) {
+    const vr_op *op = &prog->ops[j];
+    if (op->kind == VR_OP_CONST) {
+      if (!vr_sub(a, vr_trace_row(prog, j)[0], &a) || !vr_sub(b, op->extra, &b)) break;
+    } else {
+      count(t, op->extra, -(int)op->extra_rounded); /* negated: a net allocation is bad */
+    }
+    found = may[j - 1] && t->bad == 0 && a >= 0 && b >= 0;
+  }
+  clear(t);
+  return found;
+}
+
 /* Appends the group [lo, hi) of changes to the order: its constants
  * summed, its sizes with the frees of a size allocated in it cancelled
  * (the same bytes, the same block). False when out of memory or when the
@@ -169,6 +201,14 @@ static bool device_order(vr_trace *prog) {
   size_t ns = prog->nsizes ? prog->nsizes : 1;
   int32_t *buf = (int32_t *)vr_mem_array(&prog->mem, 4 * ns, sizeof *buf);
   if (!buf) return false;
+  /* may[k]: the moment after change k is checked, or no higher than one
+   * that is (dominated_before) */
+  uint8_t *may = (uint8_t *)vr_mem_array(&prog->mem, prog->n ? prog->n : 1, 1);
+  if (!may) {
+    vr_mem_free(&prog->mem, buf, 4 * ns * sizeof *buf);
+    return false;
+  }
+  memset(may, 0, prog->n ? prog->n : 1);
   memset(buf, 0, 4 * ns * sizeof *buf);
   tally t = {buf, buf + ns, buf + 2 * ns, buf + 3 * ns, 0, 0};
   for (size_t z = 0; z < prog->nsizes; z++)
@@ -189,18 +229,40 @@ static bool device_order(vr_trace *prog) {
     for (size_t k = j; k < end && ok; k++) {
       int sg = change_sign(prog, &prog->ops[k], k);
       bool check = sg == 0 || (sg > 0 && !dominated(prog, k, end, &t));
+      if (check && k + 1 < end && dominated_before(prog, j, k, may, &t)) check = false, may[k] = 1;
       if (check || k + 1 == end) {
+        may[k] = 1;
         ok = group(prog, lo, k + 1, &t);
         lo = k + 1;
       }
     }
     j = end;
   }
+  vr_mem_free(&prog->mem, may, prog->n ? prog->n : 1);
   vr_mem_free(&prog->mem, buf, 4 * ns * sizeof *buf);
   return ok;
 }
 
-bool vr_device_build(vr_trace *prog) { return device_sizes(prog) && device_order(prog); }
+static int64_t magnitude(int64_t x) { return x == INT64_MIN ? INT64_MAX : (x < 0 ? -x : x); }
+
+/* The bounds on a run's partial sums that vr_trace_device reads. */
+static void run_bounds(vr_trace *prog) {
+  prog->run_items_max = 0;
+  prog->run_const_max = 0;
+  for (size_t i = 0; i < prog->ndops; i++) {
+    const vr_dop *d = &prog->dops[i];
+    if (!d->run) continue;
+    if (d->n > prog->run_items_max) prog->run_items_max = d->n;
+    int64_t c = magnitude(d->a) > magnitude(d->b) ? magnitude(d->a) : magnitude(d->b);
+    if (c > prog->run_const_max) prog->run_const_max = c;
+  }
+}
+
+bool vr_device_build(vr_trace *prog) {
+  if (!device_sizes(prog) || !device_order(prog)) return false;
+  run_bounds(prog);
+  return true;
+}
 
 /* reserve() for x already rounded to the program's block: only a large
  * request rounds again. */
@@ -286,27 +348,44 @@ bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *
   int64_t left[VR_TRACE_SLOTS] = {0}, rleft[VR_TRACE_SLOTS] = {0};
   memset(out, 0, sizeof *out);
   int64_t val[VR_MAXSIZES], blk[VR_MAXSIZES]; /* each distinct size's bytes and block */
-  /* and signed, as the items name them (size z * 2, + 1 for a free): never
-   * INT64_MIN (dsizes), so negated exactly */
-  int64_t sval[2 * VR_MAXSIZES], sblk[2 * VR_MAXSIZES];
+  /* and signed, as the items name them (size z * 2, + 1 for a free), bytes
+   * then block: never INT64_MIN (dsizes), so negated exactly */
+  int64_t sv[2 * VR_MAXSIZES][2];
   dstate s = {0, 0, 0, 0, 0, 0};
   if (!prog->device || !vr_trace_monomials(prog, sizes, m) || !dsizes(prog, m, val, blk))
     return false;
+  int64_t most = 0; /* the largest magnitude of a size's bytes or block */
   for (size_t k = 0; k < prog->nsizes; k++) {
-    sval[2 * k] = val[k], sval[2 * k + 1] = -val[k];
-    sblk[2 * k] = blk[k], sblk[2 * k + 1] = -blk[k];
+    sv[2 * k][0] = val[k], sv[2 * k + 1][0] = -val[k];
+    sv[2 * k][1] = blk[k], sv[2 * k + 1][1] = -blk[k];
+    if (magnitude(val[k]) > most) most = magnitude(val[k]);
+    if (magnitude(blk[k]) > most) most = magnitude(blk[k]);
   }
+  /* a run's partial sums stay within its constant's magnitude plus its items
+   * times the largest size's: below INT64_MAX, no addition of a run can
+   * overflow, and none is checked */
+  bool unchecked = prog->run_items_max == 0 ||
+                   most <= (INT64_MAX - prog->run_const_max) / prog->run_items_max;
   for (size_t dj = 0; dj < prog->ndops; dj++) {
     const vr_dop *d = &prog->dops[dj];
     int64_t x = 0, rx = 0;
-    if (d->run) { /* changes of one sign: one moment that can be a peak, its end */
+    if (d->run) { /* changes between checked moments: one that can be a peak, its end */
       x = d->a;
       rx = d->b;
       const int32_t *it = prog->items + d->first;
+      if (unchecked) {
+        for (int32_t k = 0; k < d->n; k++) {
+          const int64_t *z = sv[it[k]];
+          x += z[0];
+          rx += z[1];
+        }
+        if (!dadd(&s, x, rx)) return false;
+        continue;
+      }
       unsigned over = 0; /* any addition out of range, one branch per run */
       for (int32_t k = 0; k < d->n; k++) {
-        over |= (unsigned)!vr_add(x, sval[it[k]], &x);
-        over |= (unsigned)!vr_add(rx, sblk[it[k]], &rx);
+        over |= (unsigned)!vr_add(x, sv[it[k]][0], &x);
+        over |= (unsigned)!vr_add(rx, sv[it[k]][1], &rx);
       }
       if (over || !dadd(&s, x, rx)) return false;
       continue;

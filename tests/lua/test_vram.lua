@@ -855,6 +855,77 @@ function tests.a_device_program_should_count_blocks_and_inputs()
   T.raises(function() plain:device(4, 8) end, "counts allocated bytes only")
 end
 
+-- A stack of layers whose backward frees more than it allocates, each
+-- layer's pattern the one before's (runtime/core/trace_device.c
+-- dominated_before: only the first layer's moments are checked), fitted as
+-- a device program: at every size it answers what the tape itself counts,
+-- in allocated and in reserved bytes, small sizes and sizes of 2^58 bytes
+-- whose runs' sums are checked for overflow (none overflows here).
+local function layers(t, B, T, unit, rounded)
+  local function alloc(bytes, cat, label)
+    return t:alloc(rounded and cdiv(bytes, 512) * 512 or bytes, cat, label)
+  end
+  local n, act = 5, {}
+  local x = alloc(B * T * unit, "activations", "x")
+  for i = 1, n do
+    act[i] = alloc(B * T * 6 * unit + 100, "activations", "act")
+    t:drop(alloc(B * T * 3 * unit, "activations", "tmp"))
+  end
+  local g = {}
+  for i = n, 1, -1 do
+    local w = alloc(B * T * 5 * unit + 7, "activations", "work")
+    g[i] = alloc(B * T * 2 * unit, "gradients", "g")
+    local w2 = alloc(T * 4 * unit, "activations", "work2")
+    t:drop(w)
+    t:drop(act[i])
+    t:drop(w2)
+  end
+  for i = 1, n do t:drop(g[i]) end
+  t:drop(x)
+end
+
+-- A tensor of ~2^62 bytes and three small ones freed in a row, then one
+-- allocated: four such items could overflow for all the run's bound knows
+-- (trace_device.c: 4 x 2^62 > INT64_MAX), so each addition is checked.
+local function seesaw(t, B, T, unit, rounded)
+  local function alloc(bytes, cat, label)
+    return t:alloc(rounded and cdiv(bytes, 512) * 512 or bytes, cat, label)
+  end
+  local held = { alloc((1 << 62) + B * T * 512, "activations", "held") }
+  for k = 2, 4 do held[k] = alloc(B * T * 512 * k + 100, "activations", "held") end
+  for k = 1, 4 do t:drop(held[k]) end
+  t:drop(alloc(B * T * unit, "activations", "after"))
+end
+
+function tests.a_device_program_should_answer_what_the_tape_counts_at_every_size()
+  local probes = { { 1, 1 }, { 1, 2 }, { 1, 3 }, { 2, 1 }, { 2, 2 }, { 2, 3 }, { 3, 5 } }
+  for _, case in ipairs({ { layers, 1 }, { layers, 1 << 40 }, { seesaw, 3 } }) do
+    local walk, unit = case[1], case[2]
+    local traces, names = {}, nil
+    for i, p in ipairs(probes) do
+      local t = vram.tape()
+      t:trace(p[1], p[2])
+      walk(t, p[1], p[2], unit)
+      traces[i], names = t:take_trace(), t:names()
+    end
+    local prog = assert(vram.fit_program(traces, names, 512, probes, { 1, 2 }, BLOCKS))
+    for _, at in ipairs({ { 1, 1 }, { 4, 8 }, { 7, 1000 }, { 64, 4096 }, { 3, 333 } }) do
+      local b, n = at[1], at[2]
+      if unit == 1 or b * n <= 1 << 12 then
+        local t = vram.tape() -- bytes rounded as the program rounds them
+        t:rounding(BLOCKS.round, BLOCKS.small_max, BLOCKS.large_round)
+        walk(t, b, n, unit, true)
+        local s = t:stats()
+        local reserved, peak, live = prog:device(b, n)
+        local where = ("unit %d at %d x %d"):format(unit, b, n)
+        T.eq(peak, s.peak, where)
+        T.eq(reserved, s.peak_reserved, where)
+        T.eq(live, 0, where)
+      end
+    end
+  end
+end
+
 function tests.trace_input_should_refuse_a_tape_that_does_not_trace()
   local t = vram.tape()
   T.raises(function() t:trace_input(1, 1, "activations") end, "trace_input")
