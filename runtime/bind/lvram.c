@@ -134,6 +134,60 @@ static int l_categories(lua_State *L) {
   return 1;
 }
 
+/* bytes in a unit of 2^shift bytes (shift <= 30) to dec (0..9) decimals,
+ * exactly as printf's %.*f prints the double bytes / 2^shift: that double
+ * is the exact quotient while |bytes| < 2^53, and printf rounds its exact
+ * value half to even. Written without printf, which was most of a 64 x 64
+ * sweep's formatting. False (nothing written) outside those bounds. */
+static bool fixed_binary(char *buf, int64_t b, int shift, int dec) {
+  static const uint64_t P10[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000,
+                                 100000000, 1000000000};
+  const int64_t LIM = INT64_C(1) << 53;
+  if (b <= -LIM || b >= LIM || shift < 0 || shift > 30 || dec < 0 || dec > 9) return false;
+  uint64_t m = b < 0 ? (uint64_t)-b : (uint64_t)b, mask = (UINT64_C(1) << shift) - 1;
+  uint64_t whole = m >> shift, scaled = (m & mask) * P10[dec]; /* < 2^30 x 10^9 < 2^60 */
+  uint64_t q = scaled >> shift, r = scaled & mask, half = (mask + 1) >> 1;
+  bool odd = dec > 0 ? (q & 1) != 0 : (whole & 1) != 0;
+  if (shift > 0 && (r > half || (r == half && odd))) q++;
+  if (q == P10[dec]) whole++, q = 0;
+  char digits[32];
+  int n = 0;
+  for (int i = 0; i < dec; i++, q /= 10) digits[n++] = (char)('0' + q % 10);
+  if (dec > 0) digits[n++] = '.';
+  do digits[n++] = (char)('0' + whole % 10); while ((whole /= 10) > 0);
+  if (b < 0) digits[n++] = '-';
+  for (int i = 0; i < n; i++) buf[i] = digits[n - 1 - i];
+  buf[n] = '\0';
+  return true;
+}
+
+/* The unit's bytes as a power of two's exponent, or -1 (GB, MB). */
+static int unit_shift(double div) {
+  int e = 0;
+  double f = frexp(div, &e);
+  return f == 0.5 ? e - 1 : -1;
+}
+
+/* The number text of bytes in a unit to dec decimals, as %.*f prints it. */
+static void fixed(char *buf, size_t n, int64_t b, double div, int dec) {
+  int shift = unit_shift(div);
+  if (shift < 0 || !fixed_binary(buf, b, shift, dec)) snprintf(buf, n, "%.*f", dec, (double)b / div);
+}
+
+/* vram.fixed(bytes [, unit [, decimals]]) -> "12.3456": the bytes in the
+ * unit (default GiB) to that many decimals (default 2), as
+ * string.format("%.Nf", vram.to(bytes, unit)) writes them */
+static int l_fixed(lua_State *L) {
+  lua_Integer b = luaL_checkinteger(L, 1);
+  double div = unit_div(L, 2, "GiB");
+  lua_Integer dec = luaL_optinteger(L, 3, 2);
+  char buf[400]; /* %.9f of up to 2^63 / 1 */
+  luaL_argcheck(L, dec >= 0 && dec <= 9, 3, "decimals must be 0..9");
+  fixed(buf, sizeof buf, (int64_t)b, div, (int)dec);
+  lua_pushstring(L, buf);
+  return 1;
+}
+
 /* vram.to(bytes, unit) -> float */
 static int l_to(lua_State *L) {
   double div = unit_div(L, 2, "GiB");
@@ -147,12 +201,15 @@ static int l_fmt(lua_State *L) {
   const char *u = luaL_optstring(L, 2, "GiB");
   double div = unit_div(L, 2, "GiB");
   lua_Integer dec = luaL_optinteger(L, 3, 2);
-  char buf[64];
+  char buf[400];
   luaL_argcheck(L, dec >= 0 && dec <= 9, 3, "decimals must be 0..9");
-  if (div == 1.0)
+  if (div == 1.0) {
     snprintf(buf, sizeof buf, "%lld B", (long long)b);
-  else
-    snprintf(buf, sizeof buf, "%.*f %s", (int)dec, (double)b / div, u);
+  } else {
+    fixed(buf, sizeof buf - 8, (int64_t)b, div, (int)dec);
+    size_t len = strlen(buf);
+    snprintf(buf + len, sizeof buf - len, " %s", u);
+  }
   lua_pushstring(L, buf);
   return 1;
 }
@@ -175,6 +232,7 @@ static const luaL_Reg vram_funcs[] = {{"bytes", l_bytes},
                                       {"dtypes", l_dtypes},
                                       {"to", l_to},
                                       {"fmt", l_fmt},
+                                      {"fixed", l_fixed},
                                       {"require_version", l_require_version},
                                       {"round_up", l_round_up},
                                       {"categories", l_categories},

@@ -205,7 +205,7 @@ for _, c in ipairs(combos) do
         for j, o in ipairs(others) do label = label .. (", %s %s"):format(o[1], text(c[j])) end
         bars[#bars + 1] = { label = label, bytes = p }
       end
-      local line = head .. seq_col[i] .. cols .. (",%d,%.4f"):format(p, vram.to(p, "GiB"))
+      local line = head .. seq_col[i] .. cols .. "," .. p .. "," .. vram.fixed(p, "GiB", 4)
       -- a device total already counts the framework's own bytes
       local need = run.parallel and p or p + (fw.context or 0)
       if gpu then line = line .. "," .. tostring(need <= usable) end

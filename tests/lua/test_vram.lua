@@ -166,6 +166,43 @@ function tests.fmt_should_label_binary_and_decimal_units()
   T.raises(function() return vram.fmt(1.5) end, "number has no integer representation")
 end
 
+-- vram.fixed writes binary units without printf (runtime/bind/lvram.c
+-- fixed_binary): it must write what string.format("%.Nf") writes of
+-- vram.to's float, halves rounded to even. Every KiB count from -20000 to
+-- 20000 at 0-4 decimals (each tie among them), ~2^53 and past it, GiB's
+-- own ties (2^25 B = 0.03125 GiB -> 0.0312 at 4 decimals), and a seeded
+-- spread of magnitudes in every unit.
+function tests.fixed_should_write_what_format_writes_of_the_float()
+  local function check(b, u, d)
+    local want = ("%." .. d .. "f"):format(vram.to(b, u))
+    local got = vram.fixed(b, u, d)
+    if got ~= want then T.eq(got, want, ("vram.fixed(%d, %s, %d)"):format(b, u, d)) end
+    return got == want
+  end
+  local ok = true
+  for b = -20000, 20000 do
+    for d = 0, 4 do ok = check(b, "KiB", d) and ok end
+  end
+  for _, b in ipairs({ 0, 1, -1, 1 << 25, 3 << 25, -(1 << 25), (1 << 53) - 1, -(1 << 53) + 1,
+    1 << 53, -(1 << 53), math.maxinteger, math.mininteger }) do
+    for d = 0, 9 do
+      for _, u in ipairs({ "GiB", "MiB", "KiB", "B", "GB", "MB" }) do ok = check(b, u, d) and ok end
+    end
+  end
+  T.eq(vram.fixed(1 << 25, "GiB", 4), "0.0312")
+  T.eq(vram.fixed(3 << 25, "GiB", 4), "0.0938")
+  local x = 12345
+  for _ = 1, 20000 do
+    x = (x * 6364136223846793005 + 1442695040888963407) & math.maxinteger
+    local b = (x >> (x % 50)) * ((x & 1) == 0 and 1 or -1)
+    for _, u in ipairs({ "GiB", "MiB", "GB", "MB" }) do ok = check(b, u, x % 10) and ok end
+  end
+  T.ok(ok, "vram.fixed wrote what string.format writes")
+  T.eq(vram.fixed(3 << 30), "3.00")
+  T.raises(function() return vram.fixed(1, "GiB", 10) end, "decimals must be 0..9")
+  T.raises(function() return vram.fixed(1, "TB") end, "unit must be GiB, GB, MiB, MB, KiB or B")
+end
+
 function tests.to_should_convert_bytes_to_a_float_in_the_unit()
   T.eq(vram.to(3 << 30), 3.0)
   T.eq(math.type(vram.to(3 << 30)), "float")
