@@ -324,6 +324,32 @@ static bool dgrads(const vr_trace *prog, size_t j, const int64_t *val, const int
   return true;
 }
 
+/* The highest of the bytes dbulk_bwd's loop passes through, n >= 1 layers
+ * from `live`: each layer's moments (its excursion, after its release,
+ * after its gradients) grow by g - rel a layer, so the highest is the
+ * first layer's or the last's. */
+static int64_t bulk_high(int64_t live, int64_t n, int64_t exc, int64_t rel, int64_t g) {
+  int64_t d = g - rel, hi = live;
+  for (int k = 0; k < 2; k++) {
+    int64_t at = live + (k ? n - 1 : 0) * d;
+    int64_t m = at + exc > at - rel ? at + exc : at - rel;
+    if (at + d > m) m = at + d;
+    if (m > hi) hi = m;
+  }
+  return hi;
+}
+
+/* Whether every term is below 2^58 in magnitude and n below 16: then no
+ * sum dbulk_bwd's loop or bulk_high makes can overflow (each is at most
+ * 2^58 x 20). */
+static bool bulk_small(int64_t n, const int64_t *v, int nv) {
+  const int64_t LIM = INT64_C(1) << 58;
+  if (n < 1 || n >= 16) return false;
+  for (int i = 0; i < nv; i++)
+    if (v[i] <= -LIM || v[i] >= LIM) return false;
+  return true;
+}
+
 /* The composed layers' backward, as tape.c run_bulk_body does it: per
  * layer, its excursion, its share of the bulk released, its gradients. */
 static bool dbulk_bwd(dstate *s, const vr_trace *prog, size_t j, const int64_t *val,
@@ -334,7 +360,22 @@ static bool dbulk_bwd(dstate *s, const vr_trace *prog, size_t j, const int64_t *
       !vr_sub(s->rwatch, rstart, &rexc) || !vr_sub(s->live, start, &net) ||
       !vr_sub(s->res, rstart, &rnet) || !vr_sub(g, net, &rel) || !vr_sub(rg, rnet, &rrel))
     return false;
-  for (int64_t i = 0; i < prog->ops[j].value; i++)
+  int64_t n = prog->ops[j].value;
+  int64_t terms[] = {s->live, s->res, exc, rexc, rel, rrel, g, rg, g - rel, rg - rrel, *left,
+                     *rleft};
+  if (bulk_small(n, terms, (int)(sizeof terms / sizeof terms[0]))) { /* the loop below, at once */
+    int64_t hi = bulk_high(s->live, n, exc, rel, g), rhi = bulk_high(s->res, n, rexc, rrel, rg);
+    if (hi > s->watch) s->watch = hi;
+    if (hi > s->peak) s->peak = hi;
+    if (rhi > s->rwatch) s->rwatch = rhi;
+    if (rhi > s->rpeak) s->rpeak = rhi;
+    s->live += n * (g - rel);
+    s->res += n * (rg - rrel);
+    *left -= n * rel;
+    *rleft -= n * rrel;
+    return dsub(s, *left, *rleft);
+  }
+  for (int64_t i = 0; i < n; i++)
     if (!dadd(s, exc, rexc) || !dsub(s, exc, rexc) || !dsub(s, rel, rrel) ||
         !dadd(s, g, rg) || !vr_sub(*left, rel, left) || !vr_sub(*rleft, rrel, rleft))
       return false;
