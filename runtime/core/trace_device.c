@@ -108,6 +108,50 @@ static void clear(tally *t) {
   t->bad = 0;
 }
 
+/* Whether the counted changes (t: each size's count, allocations less
+ * frees, or the reverse for dominated_before) and constants a (bytes) and
+ * b (blocks) add up to >= 0 at every point although some size's count is
+ * below 0: every size counted is one term of one monomial (the same for
+ * all), and the counts weigh the coefficients to D >= 0. At a point the
+ * monomial is mu >= 1 (every size >= 1), a size of coefficient c holds c x
+ * mu bytes rounded up to the block (less than one block more; none when c
+ * is a multiple of it) and its block is those bytes, or past small_max at
+ * most large_round - 1 more. So the sum is at least D x mu less the
+ * negative counts' slack: checked at mu = 1 and, for the reserved bytes
+ * once a negative size can pass small_max, at the first mu where one can.
+ * Activations of one layer shape (batch x seq times a width) freed for a
+ * wider one are the usual case. */
+static bool outweighed(const vr_trace *prog, const tally *t, int64_t a, int64_t b) {
+  int32_t mono = -1;
+  int64_t d = 0, slack = 0, nneg = 0, widest = 0, r1 = prog->round > 1 ? prog->round - 1 : 0;
+  int64_t l1 = prog->large_round > 1 ? prog->large_round - 1 : 0;
+  for (size_t i = 0; i < t->nt; i++) {
+    int32_t z = t->touched[i], c = t->cnt[z];
+    if (c == 0) continue;
+    const vr_size *sz = &prog->sizes[z];
+    if (t->mixed[z] || sz->n != 1) return false;
+    const vr_term *u = &prog->terms[sz->first];
+    if (mono >= 0 && u->mono != mono) return false;
+    mono = u->mono;
+    int64_t w = 0;
+    if (!vr_mul(c, u->coef, &w) || !vr_add(d, w, &d)) return false;
+    if (c < 0) {
+      nneg -= c;
+      if (!sz->exact && !vr_add(slack, -(int64_t)c * r1, &slack)) return false;
+      if (u->coef > widest) widest = u->coef;
+    }
+  }
+  int64_t live = 0, res = 0;
+  if (d < 0 || !vr_sub(d, slack, &live) || !vr_add(live, a, &live) || live < 0 ||
+      !vr_sub(d, slack, &res) || !vr_add(res, b, &res) || res < 0)
+    return false;
+  if (nneg == 0 || widest <= 0) return true;
+  /* the first mu at which a negative size's bytes can pass small_max */
+  int64_t room = prog->small_max - r1, mu = room < 0 ? 1 : room / widest + 1, x = 0;
+  return vr_mul(d, mu, &x) && vr_sub(x, slack, &x) && vr_mul(nneg, l1, &res) &&
+         vr_sub(x, res, &x) && vr_add(x, b, &x) && x >= 0;
+}
+
 /* Whether the moment after change k (of the stretch of changes that ends
  * before `end`) is no higher than the moment after a later allocation j,
  * for every size, in allocated and in reserved bytes: the changes in
@@ -125,7 +169,8 @@ static bool dominated(const vr_trace *prog, size_t k, size_t end, tally *t) {
     } else {
       count(t, op->extra, (int)op->extra_rounded);
     }
-    found = change_sign(prog, op, j) > 0 && t->bad == 0 && a >= 0 && b >= 0;
+    found = change_sign(prog, op, j) > 0 &&
+            ((t->bad == 0 && a >= 0 && b >= 0) || outweighed(prog, t, a, b));
   }
   clear(t);
   return found;
@@ -157,7 +202,7 @@ static bool dominated_before(const vr_trace *prog, size_t begin, size_t k, const
     } else {
       count(t, op->extra, -(int)op->extra_rounded); /* negated: a net allocation is bad */
     }
-    found = may[j - 1] && t->bad == 0 && a >= 0 && b >= 0;
+    found = may[j - 1] && ((t->bad == 0 && a >= 0 && b >= 0) || outweighed(prog, t, a, b));
   }
   clear(t);
   return found;
@@ -393,8 +438,10 @@ bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *
    * then block: never INT64_MIN (dsizes), so negated exactly */
   int64_t sv[2 * VR_MAXSIZES][2];
   dstate s = {0, 0, 0, 0, 0, 0};
-  if (!prog->device || !vr_trace_monomials(prog, sizes, m) || !dsizes(prog, m, val, blk))
-    return false;
+  if (!prog->device) return false;
+  for (int v = 0; v < prog->grid.nvars; v++)
+    if (sizes[v] < 1) return false; /* every monomial >= 1: outweighed's bound */
+  if (!vr_trace_monomials(prog, sizes, m) || !dsizes(prog, m, val, blk)) return false;
   int64_t most = 0; /* the largest magnitude of a size's bytes or block */
   for (size_t k = 0; k < prog->nsizes; k++) {
     sv[2 * k][0] = val[k], sv[2 * k + 1][0] = -val[k];

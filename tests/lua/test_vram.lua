@@ -968,13 +968,64 @@ local function composed(t, B, T, unit, rounded)
   t:backward(L)
 end
 
+-- Two tensors of just over 10 MiB a unit freed for one of twice that and
+-- a block more (trace_device.c outweighed): allocated, the later moment is
+-- higher; reserved, each of the two took its own 2 MiB-rounded segment
+-- (12 MiB at one unit) and the wide one 22 MiB, so the earlier moment is
+-- the reserved peak and must stay checked. Then a narrower pair freed for
+-- a wider one, where the later moment is higher in both.
+local function wide(t, B, T, _, rounded)
+  local function alloc(bytes, cat, label)
+    return t:alloc(rounded and cdiv(bytes, 512) * 512 or bytes, cat, label)
+  end
+  local c1 = 10 * MiB + 512
+  local a1, a2 = alloc(B * T * c1, "activations", "a"), alloc(B * T * c1, "activations", "a")
+  t:drop(a1)
+  t:drop(a2)
+  t:drop(alloc(B * T * (2 * c1 + 512), "activations", "wide"))
+  local n1, n2 = alloc(B * T * 1024, "activations", "n"), alloc(B * T * 1024, "activations", "n")
+  t:drop(n1)
+  t:drop(n2)
+  t:drop(alloc(B * T * 4096, "activations", "wider"))
+end
+
+-- Two tensors of 600 B a unit freed for one of 1500: 300 B a unit more
+-- before rounding, but each of the two rounds up to its 512 B block on its
+-- own (1024 + 1024 against 1536 at one unit), so the earlier moment is the
+-- peak (trace_device.c outweighed: a negative count's rounding slack).
+local function rounded_pair(t, B, T, _, rounded)
+  local function alloc(bytes, cat, label)
+    return t:alloc(rounded and cdiv(bytes, 512) * 512 or bytes, cat, label)
+  end
+  local x, y = alloc(B * T * 600, "activations", "x"), alloc(B * T * 600, "activations", "y")
+  t:drop(x)
+  t:drop(y)
+  t:drop(alloc(B * T * 1500, "activations", "z"))
+end
+
+-- Two tensors of 100000 B a token plus 5120 B a token per sample freed for
+-- one of 250000 B a token: by tokens alone the later moment is higher, but
+-- at 64 x 4096 the earlier one is (1.75 GB each): a size of two terms is
+-- never outweighed (trace_device.c).
+local function two_terms(t, B, T, _, rounded)
+  local function alloc(bytes, cat, label)
+    return t:alloc(rounded and cdiv(bytes, 512) * 512 or bytes, cat, label)
+  end
+  local bytes = T * 100000 + B * T * 5120
+  local x, y = alloc(bytes, "activations", "x"), alloc(bytes, "activations", "y")
+  t:drop(x)
+  t:drop(y)
+  t:drop(alloc(T * 250000, "activations", "z"))
+end
+
 function tests.a_device_program_should_answer_what_the_tape_counts_at_every_size()
   local probes = { { 1, 1 }, { 1, 2 }, { 1, 3 }, { 2, 1 }, { 2, 2 }, { 2, 3 }, { 3, 5 } }
   -- {walk, unit, the most batch x seq the tape can hold}: composed at 2^46
   -- and 5 x 17 has terms past 2^58, so dbulk_bwd runs its loop
   local huge = math.maxinteger
   for _, case in ipairs({ { layers, 1, huge }, { layers, 1 << 40, 1 << 12 }, { seesaw, 3, huge },
-    { composed, 1, huge }, { composed, 1 << 40, 1 << 12 }, { composed, 1 << 46, 85 } }) do
+    { composed, 1, huge }, { composed, 1 << 40, 1 << 12 }, { composed, 1 << 46, 85 },
+    { wide, 1, 1 << 14 }, { rounded_pair, 1, huge }, { two_terms, 1, huge } }) do
     local walk, unit, most = case[1], case[2], case[3]
     local traces, names = {}, nil
     for i, p in ipairs(probes) do
