@@ -2,6 +2,8 @@
 -- vr_tape_bulk): the first two layers and the last run in full, the ones in
 -- between repeat layer 2's forward and the last layer's backward. Exact when
 -- the layers are identical (the tests compare it with the full simulation).
+local clone = require("vram").clone
+
 local M = {}
 
 -- Whether a stack of n layers can be composed under this run; units: the
@@ -153,8 +155,7 @@ M.alike = alike
 
 -- Tensor x's table with another id (a replayed layer's output, its cache).
 function M.moved(x, id)
-  local out = {}
-  for k, v in pairs(x) do out[k] = v end
+  local out = clone(x) -- (a tensor's table is plain: vram.clone sizes the copy at once)
   out.id = id
   return out
 end

@@ -234,8 +234,7 @@ end
 -- rest of the bookkeeping). Nothing downstream writes into a run's tables
 -- (tests/lua/test_fit.lua checks that fit.knobs leaves its run as it was).
 local function apply(run, levers)
-  local r, touched = {}, {}
-  for k, v in pairs(run) do r[k] = v end
+  local r, touched = runs.shallow(run), {}
   local view = setmetatable({}, { -- the edits see r through it
     __index = function(_, k)
       touched[k] = true

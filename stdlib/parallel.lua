@@ -280,6 +280,7 @@ function M.check(L, run, where)
 end
 
 local copy, with = require("stdlib.run").copy, require("stdlib.run").with
+local shallow = require("stdlib.run").shallow
 
 local function ceil_div(a, b) return (a + b - 1) // b end
 
@@ -317,8 +318,8 @@ end
 -- deep copy was most of this function's cost, and tables shared with the
 -- search's run compare at once in measure_key's run.key).
 function M.local_run(run, L, role)
-  local t, m = {}, run.text
-  for k, v in pairs(m) do t[k] = v end
+  local m = run.text
+  local t = shallow(m)
   local r = with(run, { text = t })
   t.head_dim = m.head_dim
   t.heads = m.heads // L.tp

@@ -9,6 +9,20 @@ local frameworks = require("stdlib.frameworks")
 
 local R = {}
 
+-- A shallow copy, sized for its keys at once (vram.clone) where the table
+-- has no metatable; one with a metatable is copied through pairs(), as it
+-- iterates. A copy key by key grows by doublings, each rehashing what it
+-- holds: fit --knobs copies its run per lever combination, a composed
+-- layer's replay its tensors.
+local clone = require("vram").clone
+function R.shallow(t)
+  if getmetatable(t) == nil then return clone(t) end
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+local shallow = R.shallow
+
 -- name = { doc, default }: the doc gives the unit; default is a value, a
 -- function(run) of the fields given, or nil (absent means off / none).
 -- `required` fields have no default.
@@ -130,8 +144,7 @@ end
 -- The run with some fields changed (a shallow copy).
 function R.with(run, changes)
   check_names(changes, 3)
-  local r = {}
-  for k, v in pairs(run) do r[k] = v end
+  local r = shallow(run)
   for k, v in pairs(changes) do r[k] = v end
   return r
 end
@@ -143,13 +156,17 @@ end
 -- compares it at once).
 local SHARED = { sim = true, hf_config = true }
 local function deep(t)
-  local c = {}
-  for k, v in pairs(t) do c[k] = type(v) == "table" and deep(v) or v end
+  local c = shallow(t)
+  for k, v in pairs(c) do -- (existing fields may be set while traversing)
+    if type(v) == "table" then c[k] = deep(v) end
+  end
   return c
 end
 function R.copy(run)
-  local r = {}
-  for k, v in pairs(run) do r[k] = (type(v) == "table" and not SHARED[k]) and deep(v) or v end
+  local r = shallow(run)
+  for k, v in pairs(r) do
+    if type(v) == "table" and not SHARED[k] then r[k] = deep(v) end
+  end
   return r
 end
 

@@ -1,5 +1,6 @@
 /* The `vram` module: dtypes, exact bytes, units, version; submodules are
  * attached from their own files. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -188,6 +189,32 @@ static int l_fixed(lua_State *L) {
   return 1;
 }
 
+/* vram.clone(t) -> a new table with t's keys and values (a shallow copy),
+ * sized for them at once: a copy key by key grows its table by doublings,
+ * each rehashing what it holds (fit --knobs copies its run per lever
+ * combination, a composed layer's tensors per replay). t must have no
+ * metatable: pairs() would honour a __pairs this does not. */
+static int l_clone(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_argcheck(L, !lua_getmetatable(L, 1), 1, "a table without a metatable");
+  lua_Unsigned narr = lua_rawlen(L, 1);
+  int n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    lua_pop(L, 1);
+    if (n < INT_MAX) n++;
+  }
+  int nrec = narr < (lua_Unsigned)n ? n - (int)narr : 0;
+  lua_createtable(L, narr < INT_MAX ? (int)narr : INT_MAX, nrec);
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, -4);
+  }
+  return 1;
+}
+
 /* vram.to(bytes, unit) -> float */
 static int l_to(lua_State *L) {
   double div = unit_div(L, 2, "GiB");
@@ -233,6 +260,7 @@ static const luaL_Reg vram_funcs[] = {{"bytes", l_bytes},
                                       {"to", l_to},
                                       {"fmt", l_fmt},
                                       {"fixed", l_fixed},
+                                      {"clone", l_clone},
                                       {"require_version", l_require_version},
                                       {"round_up", l_round_up},
                                       {"categories", l_categories},

@@ -203,6 +203,29 @@ function tests.fixed_should_write_what_format_writes_of_the_float()
   T.raises(function() return vram.fixed(1, "TB") end, "unit must be GiB, GB, MiB, MB, KiB or B")
 end
 
+-- vram.clone: a shallow copy (the same values, nested tables shared), a
+-- new table without a metatable; a table with one is refused (pairs would
+-- honour its __pairs), and stdlib/run.lua shallow copies those by pairs.
+function tests.clone_should_copy_a_plain_table_shallowly()
+  local inner = { 1 }
+  local t = { a = 1, b = "x", 10, 20, 30, c = inner, [2.5] = true }
+  local c = vram.clone(t)
+  T.ok(c ~= t)
+  for k, v in pairs(t) do T.eq(c[k], v, tostring(k)) end
+  for k in pairs(c) do T.ok(t[k] ~= nil, tostring(k)) end
+  T.ok(c.c == inner, "nested tables are shared")
+  T.eq(#c, 3)
+  c.a = 2
+  T.eq(t.a, 1)
+  T.eq(next(vram.clone({})), nil)
+  T.raises(function() vram.clone(setmetatable({}, {})) end, "a table without a metatable")
+  T.raises(function() vram.clone(3) end, "table expected")
+  local runs = require("stdlib.run")
+  local proxy = setmetatable({}, { __index = t, __pairs = function() return next, { z = 26 } end })
+  T.eq(runs.shallow(proxy).z, 26)
+  T.eq(runs.shallow(t).b, "x")
+end
+
 function tests.to_should_convert_bytes_to_a_float_in_the_unit()
   T.eq(vram.to(3 << 30), 3.0)
   T.eq(math.type(vram.to(3 << 30)), "float")
