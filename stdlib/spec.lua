@@ -223,8 +223,9 @@ local function read_checkpointing(run, rd, where)
   local ckpt, every = run.grad_checkpointing or "none", nil
   if math.type(ckpt) == "integer" and ckpt >= 1 then
     ckpt, every = "full", ckpt
-  else
-    ckpt = one_of(where, "run.grad_checkpointing", ckpt, { "none", "full" }, "none")
+  elseif ckpt ~= "none" and ckpt ~= "full" then
+    errors.input(where, "run.grad_checkpointing", ("must be none, full or an integer N >= 1 "
+      .. "(every N-th layer), got '%s'"):format(tostring(ckpt)))
   end
   if run.checkpoint_segment then return true, every, rd:int("checkpoint_segment") end
   return ckpt == "full", every, nil
