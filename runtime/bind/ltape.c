@@ -916,9 +916,14 @@ static inline void keep_point(tl_point *p, size_t i, int64_t live, const int64_t
  * draws; the peak stays whole). Every buffer is allocated first; the one
  * pass over the events then runs in C without calling Lua, and the tables
  * are made last. */
+#define TL_MAX_SAMPLES (INT64_C(1) << 20)
+
 static int l_timeline_collect(lua_State *L) {
   ltape *u = box(L);
   int64_t want = vb_checkint(L, 2, 1, "samples");
+  /* a table per sample: a million is past any drawing, and asking for
+   * more is a usage error, not an out-of-memory one on a long timeline */
+  luaL_argcheck(L, want <= TL_MAX_SAMPLES, 2, "at most 1048576 samples");
   bool lean = lua_toboolean(L, 3);
   size_t n = vr_tape_timeline_len(tape(L, u));
   if (n == 0) {

@@ -484,6 +484,8 @@ function tests.timeline_collect_equals_the_reduction_of_every_event()
   t:alloc(100, "activations", "x")
   t:drop(t:alloc(50, "temporaries"))
   T.eq(t:timeline_collect(2), reduce(t, 2), "small tape")
+  T.eq(#t:timeline_collect(1 << 20).samples, t:timeline_len(), "k past the events: one sample an event")
+  T.raises(function() t:timeline_collect((1 << 20) + 1) end, "at most 1048576 samples")
 end
 
 return tests
