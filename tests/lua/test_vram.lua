@@ -921,10 +921,8 @@ end
 -- a device program: at every size it answers what the tape itself counts,
 -- in allocated and in reserved bytes, small sizes and sizes of 2^58 bytes
 -- whose runs' sums are checked for overflow (none overflows here).
-local function layers(t, B, T, unit, rounded)
-  local function alloc(bytes, cat, label)
-    return t:alloc(rounded and cdiv(bytes, 512) * 512 or bytes, cat, label)
-  end
+local function layers(t, round, B, T, unit)
+  local function alloc(bytes, cat, label) return t:alloc(round(bytes), cat, label) end
   local n, act = 5, {}
   local x = alloc(B * T * unit, "activations", "x")
   for i = 1, n do
@@ -947,10 +945,8 @@ end
 -- A tensor of ~2^62 bytes and three small ones freed in a row, then one
 -- allocated: four such items could overflow for all the run's bound knows
 -- (trace_device.c: 4 x 2^62 > INT64_MAX), so each addition is checked.
-local function seesaw(t, B, T, unit, rounded)
-  local function alloc(bytes, cat, label)
-    return t:alloc(rounded and cdiv(bytes, 512) * 512 or bytes, cat, label)
-  end
+local function seesaw(t, round, B, T, unit)
+  local function alloc(bytes, cat, label) return t:alloc(round(bytes), cat, label) end
   local held = { alloc((1 << 62) + B * T * 512, "activations", "held") }
   for k = 2, 4 do held[k] = alloc(B * T * 512 * k + 100, "activations", "held") end
   for k = 1, 4 do t:drop(held[k]) end
@@ -964,8 +960,7 @@ end
 -- weight's gradient is 10 activations) and layer 6, whose backward the
 -- bulk replays, needs a temporary of 30 that layers 1 and 2 do not: the
 -- peak is the last composed layer's.
-local function composed(t, B, T, unit, rounded)
-  local function round(bytes) return rounded and cdiv(bytes, 512) * 512 or bytes end
+local function composed(t, round, B, T, unit)
   local S = B * T * unit * 6 + 100
   local sb, wb = round(S), round(10 * S)
   local w = {}
@@ -991,54 +986,41 @@ local function composed(t, B, T, unit, rounded)
   t:backward(L)
 end
 
+-- Two tensors of `each` bytes allocated, both freed, then one of `one`
+-- allocated and freed: whether the moment after the second is checked is
+-- what the walks below test (trace_device.c outweighed).
+local function pair_for_one(t, round, each, one)
+  local x = t:alloc(round(each), "activations", "x")
+  local y = t:alloc(round(each), "activations", "y")
+  t:drop(x)
+  t:drop(y)
+  t:drop(t:alloc(round(one), "activations", "one"))
+end
+
 -- Two tensors of just over 10 MiB a unit freed for one of twice that and
 -- a block more (trace_device.c outweighed): allocated, the later moment is
 -- higher; reserved, each of the two took its own 2 MiB-rounded segment
 -- (12 MiB at one unit) and the wide one 22 MiB, so the earlier moment is
 -- the reserved peak and must stay checked. Then a narrower pair freed for
 -- a wider one, where the later moment is higher in both.
-local function wide(t, B, T, _, rounded)
-  local function alloc(bytes, cat, label)
-    return t:alloc(rounded and cdiv(bytes, 512) * 512 or bytes, cat, label)
-  end
+local function wide(t, round, B, T)
   local c1 = 10 * MiB + 512
-  local a1, a2 = alloc(B * T * c1, "activations", "a"), alloc(B * T * c1, "activations", "a")
-  t:drop(a1)
-  t:drop(a2)
-  t:drop(alloc(B * T * (2 * c1 + 512), "activations", "wide"))
-  local n1, n2 = alloc(B * T * 1024, "activations", "n"), alloc(B * T * 1024, "activations", "n")
-  t:drop(n1)
-  t:drop(n2)
-  t:drop(alloc(B * T * 4096, "activations", "wider"))
+  pair_for_one(t, round, B * T * c1, B * T * (2 * c1 + 512))
+  pair_for_one(t, round, B * T * 1024, B * T * 4096)
 end
 
 -- Two tensors of 600 B a unit freed for one of 1500: 300 B a unit more
 -- before rounding, but each of the two rounds up to its 512 B block on its
 -- own (1024 + 1024 against 1536 at one unit), so the earlier moment is the
 -- peak (trace_device.c outweighed: a negative count's rounding slack).
-local function rounded_pair(t, B, T, _, rounded)
-  local function alloc(bytes, cat, label)
-    return t:alloc(rounded and cdiv(bytes, 512) * 512 or bytes, cat, label)
-  end
-  local x, y = alloc(B * T * 600, "activations", "x"), alloc(B * T * 600, "activations", "y")
-  t:drop(x)
-  t:drop(y)
-  t:drop(alloc(B * T * 1500, "activations", "z"))
-end
+local function rounded_pair(t, round, B, T) pair_for_one(t, round, B * T * 600, B * T * 1500) end
 
 -- Two tensors of 100000 B a token plus 5120 B a token per sample freed for
 -- one of 250000 B a token: by tokens alone the later moment is higher, but
 -- at 64 x 4096 the earlier one is (1.75 GB each): a size of two terms is
 -- never outweighed (trace_device.c).
-local function two_terms(t, B, T, _, rounded)
-  local function alloc(bytes, cat, label)
-    return t:alloc(rounded and cdiv(bytes, 512) * 512 or bytes, cat, label)
-  end
-  local bytes = T * 100000 + B * T * 5120
-  local x, y = alloc(bytes, "activations", "x"), alloc(bytes, "activations", "y")
-  t:drop(x)
-  t:drop(y)
-  t:drop(alloc(T * 250000, "activations", "z"))
+local function two_terms(t, round, B, T)
+  pair_for_one(t, round, T * 100000 + B * T * 5120, T * 250000)
 end
 
 function tests.a_device_program_should_answer_what_the_tape_counts_at_every_size()
@@ -1054,7 +1036,7 @@ function tests.a_device_program_should_answer_what_the_tape_counts_at_every_size
     for i, p in ipairs(probes) do
       local t = vram.tape()
       t:trace(p[1], p[2])
-      walk(t, p[1], p[2], unit)
+      walk(t, function(x) return x end, p[1], p[2], unit)
       traces[i], names = t:take_trace(), t:names()
     end
     local prog = assert(vram.fit_program(traces, names, 512, probes, { 1, 2 }, BLOCKS))
@@ -1063,7 +1045,7 @@ function tests.a_device_program_should_answer_what_the_tape_counts_at_every_size
       if b * n <= most then
         local t = vram.tape() -- bytes rounded as the program rounds them
         t:rounding(BLOCKS.round, BLOCKS.small_max, BLOCKS.large_round)
-        walk(t, b, n, unit, true)
+        walk(t, function(x) return cdiv(x, 512) * 512 end, b, n, unit)
         local s = t:stats()
         local reserved, peak, live = prog:device(b, n)
         local where = ("unit %d at %d x %d"):format(unit, b, n)
