@@ -405,17 +405,17 @@ static bool dbulk_bwd(dstate *s, const vr_trace *prog, size_t j, const int64_t *
       !vr_sub(s->rwatch, rstart, &rexc) || !vr_sub(s->live, start, &net) ||
       !vr_sub(s->res, rstart, &rnet) || !vr_sub(g, net, &rel) || !vr_sub(rg, rnet, &rrel))
     return false;
-  int64_t n = prog->ops[j].value;
-  int64_t terms[] = {s->live, s->res, exc, rexc, rel, rrel, g, rg, g - rel, rg - rrel, *left,
-                     *rleft};
-  if (bulk_small(n, terms, (int)(sizeof terms / sizeof terms[0]))) { /* the loop below, at once */
+  int64_t n = prog->ops[j].value, d = 0, rd = 0;
+  bool diff = vr_sub(g, rel, &d) && vr_sub(rg, rrel, &rd);
+  int64_t terms[] = {s->live, s->res, exc, rexc, rel, rrel, g, rg, d, rd, *left, *rleft};
+  if (diff && bulk_small(n, terms, (int)(sizeof terms / sizeof terms[0]))) { /* the loop, at once */
     int64_t hi = bulk_high(s->live, n, exc, rel, g), rhi = bulk_high(s->res, n, rexc, rrel, rg);
     if (hi > s->watch) s->watch = hi;
     if (hi > s->peak) s->peak = hi;
     if (rhi > s->rwatch) s->rwatch = rhi;
     if (rhi > s->rpeak) s->rpeak = rhi;
-    s->live += n * (g - rel);
-    s->res += n * (rg - rrel);
+    s->live += n * d;
+    s->res += n * rd;
     *left -= n * rel;
     *rleft -= n * rrel;
     return dsub(s, *left, *rleft);
