@@ -1,7 +1,6 @@
 /* The `vram` module: dtypes, exact bytes, units, version; submodules are
  * attached from their own files. */
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -99,17 +98,22 @@ static int l_dtypes(lua_State *L) {
 /* Units, their one home: GiB = 2^30, GB = 10^9, MiB = 2^20, MB = 10^6,
  * KiB = 2^10 bytes. Lua sees them as vram.units (exact integers); rounding
  * is for display only, the bytes stay exact integers. */
-static const struct {
+typedef struct {
   const char *name;
   int64_t bytes;
-} UNITS[] = {{"GiB", INT64_C(1) << 30}, {"GB", 1000000000}, {"MiB", INT64_C(1) << 20},
-             {"MB", 1000000},           {"KiB", 1024},      {"B", 1}};
+  int shift; /* bytes = 2^shift for a binary unit; -1 for a decimal one */
+} unit;
 
-static double unit_div(lua_State *L, int arg, const char *def) {
+static const unit UNITS[] = {{"GiB", INT64_C(1) << 30, 30}, {"GB", 1000000000, -1},
+                             {"MiB", INT64_C(1) << 20, 20}, {"MB", 1000000, -1},
+                             {"KiB", 1024, 10},             {"B", 1, 0}};
+
+static const unit *unit_arg(lua_State *L, int arg, const char *def) {
   const char *u = luaL_optstring(L, arg, def);
   for (size_t i = 0; i < sizeof UNITS / sizeof UNITS[0]; i++)
-    if (strcmp(UNITS[i].name, u) == 0) return (double)UNITS[i].bytes;
-  return (double)luaL_argerror(L, arg, "unit must be GiB, GB, MiB, MB, KiB or B");
+    if (strcmp(UNITS[i].name, u) == 0) return &UNITS[i];
+  luaL_argerror(L, arg, "unit must be GiB, GB, MiB, MB, KiB or B");
+  return NULL; /* (not reached) */
 }
 
 /* vram.round_up(bytes, block) -> bytes as a multiple of block (block 0:
@@ -162,17 +166,10 @@ static bool fixed_binary(char *buf, int64_t b, int shift, int dec) {
   return true;
 }
 
-/* The unit's bytes as a power of two's exponent, or -1 (GB, MB). */
-static int unit_shift(double div) {
-  int e = 0;
-  double f = frexp(div, &e);
-  return f == 0.5 ? e - 1 : -1;
-}
-
-/* The number text of bytes in a unit to dec decimals, as %.*f prints it. */
-static void fixed(char *buf, size_t n, int64_t b, double div, int dec) {
-  int shift = unit_shift(div);
-  if (shift < 0 || !fixed_binary(buf, b, shift, dec)) snprintf(buf, n, "%.*f", dec, (double)b / div);
+/* The number text of bytes in unit u to dec decimals, as %.*f prints it. */
+static void fixed(char *buf, size_t n, int64_t b, const unit *u, int dec) {
+  if (u->shift < 0 || !fixed_binary(buf, b, u->shift, dec))
+    snprintf(buf, n, "%.*f", dec, (double)b / (double)u->bytes);
 }
 
 /* vram.fixed(bytes [, unit [, decimals]]) -> "12.3456": the bytes in the
@@ -180,11 +177,11 @@ static void fixed(char *buf, size_t n, int64_t b, double div, int dec) {
  * string.format("%.Nf", vram.to(bytes, unit)) writes them */
 static int l_fixed(lua_State *L) {
   lua_Integer b = luaL_checkinteger(L, 1);
-  double div = unit_div(L, 2, "GiB");
+  const unit *u = unit_arg(L, 2, "GiB");
   lua_Integer dec = luaL_optinteger(L, 3, 2);
-  char buf[400]; /* %.9f of up to 2^63 / 1 */
+  char buf[64]; /* %.9f of 2^63 bytes in B: 30 characters */
   luaL_argcheck(L, dec >= 0 && dec <= 9, 3, "decimals must be 0..9");
-  fixed(buf, sizeof buf, (int64_t)b, div, (int)dec);
+  fixed(buf, sizeof buf, (int64_t)b, u, (int)dec);
   lua_pushstring(L, buf);
   return 1;
 }
@@ -217,25 +214,24 @@ static int l_clone(lua_State *L) {
 
 /* vram.to(bytes, unit) -> float */
 static int l_to(lua_State *L) {
-  double div = unit_div(L, 2, "GiB");
-  lua_pushnumber(L, (double)luaL_checkinteger(L, 1) / div);
+  const unit *u = unit_arg(L, 2, "GiB");
+  lua_pushnumber(L, (double)luaL_checkinteger(L, 1) / (double)u->bytes);
   return 1;
 }
 
 /* vram.fmt(bytes [, unit [, decimals]]) -> "12.34 GiB" */
 static int l_fmt(lua_State *L) {
   lua_Integer b = luaL_checkinteger(L, 1);
-  const char *u = luaL_optstring(L, 2, "GiB");
-  double div = unit_div(L, 2, "GiB");
+  const unit *u = unit_arg(L, 2, "GiB");
   lua_Integer dec = luaL_optinteger(L, 3, 2);
-  char buf[400];
+  char buf[64];
   luaL_argcheck(L, dec >= 0 && dec <= 9, 3, "decimals must be 0..9");
-  if (div == 1.0) {
+  if (u->bytes == 1) {
     snprintf(buf, sizeof buf, "%lld B", (long long)b);
   } else {
-    fixed(buf, sizeof buf - 8, (int64_t)b, div, (int)dec);
+    fixed(buf, sizeof buf - 8, (int64_t)b, u, (int)dec); /* room for the unit */
     size_t len = strlen(buf);
-    snprintf(buf + len, sizeof buf - len, " %s", u);
+    snprintf(buf + len, sizeof buf - len, " %s", u->name);
   }
   lua_pushstring(L, buf);
   return 1;

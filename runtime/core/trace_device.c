@@ -371,10 +371,10 @@ static bool dgrads(const vr_trace *prog, size_t j, const int64_t *val, const int
 
 /* The highest of the bytes dbulk_bwd's loop passes through, n >= 1 layers
  * from `live`: each layer's moments (its excursion, after its release,
- * after its gradients) grow by g - rel a layer, so the highest is the
- * first layer's or the last's. */
-static int64_t bulk_high(int64_t live, int64_t n, int64_t exc, int64_t rel, int64_t g) {
-  int64_t d = g - rel, hi = live;
+ * after its gradients) grow by d = gradients - rel a layer, so the highest
+ * is the first layer's or the last's. */
+static int64_t bulk_high(int64_t live, int64_t n, int64_t exc, int64_t rel, int64_t d) {
+  int64_t hi = live;
   for (int k = 0; k < 2; k++) {
     int64_t at = live + (k ? n - 1 : 0) * d;
     int64_t m = at + exc > at - rel ? at + exc : at - rel;
@@ -409,7 +409,7 @@ static bool dbulk_bwd(dstate *s, const vr_trace *prog, size_t j, const int64_t *
   bool diff = vr_sub(g, rel, &d) && vr_sub(rg, rrel, &rd);
   int64_t terms[] = {s->live, s->res, exc, rexc, rel, rrel, g, rg, d, rd, *left, *rleft};
   if (diff && bulk_small(n, terms, (int)(sizeof terms / sizeof terms[0]))) { /* the loop, at once */
-    int64_t hi = bulk_high(s->live, n, exc, rel, g), rhi = bulk_high(s->res, n, rexc, rrel, rg);
+    int64_t hi = bulk_high(s->live, n, exc, rel, d), rhi = bulk_high(s->res, n, rexc, rrel, rd);
     if (hi > s->watch) s->watch = hi;
     if (hi > s->peak) s->peak = hi;
     if (rhi > s->rwatch) s->rwatch = rhi;
