@@ -101,7 +101,11 @@ static void header_line(FILE *f, const char *prefix, char *out, size_t outsz) {
   if (!fgets(line, sizeof line, f)) return;
   line[strcspn(line, "\r\n")] = '\0';
   size_t n = strlen(prefix);
-  if (strncmp(line, prefix, n) == 0) snprintf(out, outsz, "%s", line + n);
+  if (strncmp(line, prefix, n) != 0) return;
+  size_t len = strlen(line + n);          /* a longer header is cut, not an error */
+  if (len >= outsz) len = outsz - 1;
+  memcpy(out, line + n, len);
+  out[len] = '\0';
 }
 
 static int cmp_names(const void *a, const void *b) {
