@@ -60,11 +60,12 @@ end
 -- samples, largest remainder first. Stretches outnumbering the columns:
 -- by samples alone.
 local function columns(tl, width)
-  local ns, groups = #tl.samples, {}
-  for j, s in ipairs(tl.samples) do
-    local g = groups[#groups]
-    if g and g.phase == s.phase then g.last = j
-    else groups[#groups + 1] = { phase = s.phase, first = j, last = j } end
+  local samples, groups = tl.samples, {}
+  local ns, g = #samples, nil
+  for j = 1, ns do -- (a numeric loop: ipairs costs a call per sample)
+    local phase = samples[j].phase
+    if g and g.phase == phase then g.last = j
+    else g = { phase = phase, first = j, last = j }; groups[#groups + 1] = g end
   end
   local out = {}
   if #groups > width then

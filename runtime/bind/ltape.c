@@ -953,9 +953,14 @@ static int l_timeline_collect(lua_State *L) {
   unsigned seen = 0;
   tl_point *peak = &pts[k];
   *peak = (tl_point){0, 0, {0}, 0, -1, -1, false};
-  for (size_t q = 0; q < npc; q++)
+  for (size_t q = 0; q < npc; q++) {
+    const vr_tl_event *src = ev + pc[q].src;
+    const size_t len = pc[q].len;
     for (int64_t c = 0; c < pc[q].times; c++)
-      for (const vr_tl_event *e = ev + pc[q].src, *stop = e + pc[q].len; e < stop; e++, i++) {
+      for (size_t j = 0; j < len;) {
+        /* a repetition's first event (its span found against the event
+         * before it) or a stretch's first: every check */
+        const vr_tl_event *e = src + j;
         live += e->delta;
         by[e->cat] += e->delta;
         seen |= 1u << e->cat;
@@ -964,7 +969,6 @@ static int l_timeline_collect(lua_State *L) {
           if (s > 0) spans[s - 1].last = i;
           spans[s++] = (tl_span){e->phase, e->recompute != 0, i + 1, 0};
         }
-        prev = e;
         if (live > peak->live) keep_point(peak, i, live, by, seen, e, true);
         if (i == end) { /* stretch b begins */
           b = (size_t)((uint64_t)i * k / n);
@@ -975,7 +979,31 @@ static int l_timeline_collect(lua_State *L) {
           top = live;
           keep_point(&pts[b], i, live, by, seen, e, !lean);
         }
+        prev = e;
+        j++, i++;
+        /* then, up to the next stretch or the piece's end, the events in a
+         * row: each follows the one kept before it (its `starts` mark), and
+         * the peak, never below the stretch's top, can rise only with it */
+        size_t run = len - j < end - i ? len - j : end - i; /* end > i - 1 */
+        for (const vr_tl_event *f = src + j, *stop = f + run; f < stop; f++, i++) {
+          live += f->delta;
+          by[f->cat] += f->delta;
+          seen |= 1u << f->cat;
+          if (f->starts) {
+            if (s == nspans) goto miscounted;
+            spans[s - 1].last = i;
+            spans[s++] = (tl_span){f->phase, f->recompute != 0, i + 1, 0};
+          }
+          if (live > top) {
+            top = live;
+            keep_point(&pts[b], i, live, by, seen, f, !lean);
+            if (live > peak->live) keep_point(peak, i, live, by, seen, f, true);
+          }
+        }
+        if (run) prev = src + j + run - 1;
+        j += run;
       }
+  }
   if (i != n || s != nspans) goto miscounted;
   spans[s - 1].last = n;
   lua_newtable(L); /* the names pushed so far (push_name) */

@@ -393,7 +393,8 @@ __attribute__((noinline)) static vr_status log_delta(vr_tape *t, int64_t delta, 
       !vr_trace_push(t->trace, (vr_op){VR_OP_DELTA, cat, label, 0, delta, 0, 0, {0}}))
     return VR_ENOMEM;
   if (t->timeline) {
-    vr_tl_event e = {delta, label, t->phase, (int8_t)cat, (int8_t)t->recompute};
+    vr_tl_event e = {delta, label, t->phase, (int8_t)cat, (int8_t)t->recompute, 1};
+    if (t->tl.n) e.starts = vr_tl_new_span(&t->tl.v[t->tl.n - 1], &e);
     vr_tl_piece *last = t->tlp.n ? &t->tlp.v[t->tlp.n - 1] : NULL;
     if (last && last->times == 1 && last->src + last->len == t->tl.n) {
       last->len++; /* the stretch the last events began */
@@ -1377,6 +1378,8 @@ vr_status vr_tape_timeline_repeat(vr_tape *t, size_t from, size_t to, int64_t ti
     if (!GROW(t, t->tl, t->tl.n + span)) return VR_ENOMEM;
     src = t->tl.n;
     for (size_t i = from; i < to; i++) t->tl.v[t->tl.n++] = *vr_tape_timeline_at(t, i);
+    for (size_t i = src; i < t->tl.n; i++) /* their marks, against their new neighbours */
+      t->tl.v[i].starts = i == 0 || vr_tl_new_span(&t->tl.v[i - 1], &t->tl.v[i]);
   }
   /* the spans the copies add: the range's own boundaries in each copy, the
    * boundary into the first copy and the one between copies */

@@ -191,6 +191,11 @@ typedef struct {
   int32_t phase;     /* interned index */
   int8_t cat;
   int8_t recompute;  /* 1 while backward recomputes a checkpointed segment */
+  /* 1 when it begins a span after the event kept before it in memory
+   * (vr_tl_new_span; 1 for the first): inside a piece that is the event
+   * before it in the timeline, so a collect tests a byte there and
+   * compares events only where a piece begins */
+  int8_t starts;
 } vr_tl_event;
 
 void vr_tape_timeline(vr_tape *t, bool on);

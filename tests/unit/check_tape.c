@@ -1334,6 +1334,17 @@ START_TEST(timeline_spans_should_be_counted_as_the_events_hold_them) {
     runs += i == 0 || vr_tl_new_span(vr_tape_timeline_at(t, i - 1), vr_tape_timeline_at(t, i));
   ck_assert_uint_gt(runs, 6);
   ck_assert_uint_eq(vr_tape_timeline_spans(t), runs);
+  /* each kept event marks whether it begins a span after the one kept
+   * before it (copies across pieces included), as a collect reads it */
+  const vr_tl_piece *p = NULL;
+  size_t np = 0, kept = 0;
+  const vr_tl_event *ev = vr_tape_timeline_pieces(t, &p, &np);
+  for (size_t q = 0; q < np; q++)
+    if (p[q].src + p[q].len > kept) kept = p[q].src + p[q].len;
+  ck_assert_uint_gt(kept, 12); /* the copy across pieces is kept again */
+  ck_assert_int_eq(ev[0].starts, 1);
+  for (size_t i = 1; i < kept; i++)
+    ck_assert_int_eq(ev[i].starts, vr_tl_new_span(&ev[i - 1], &ev[i]));
   vr_tape_reset(t);
   ck_assert_uint_eq(vr_tape_timeline_spans(t), 0);
 }
