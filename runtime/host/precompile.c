@@ -97,6 +97,16 @@ static void string_of(rewrite *w, int keep) {
   if (n > 0) take(w, n - 1, keep);
 }
 
+/* An upvalue's name: "_ENV" copied, any other written as none (size 0,
+ * which the loader reads as NULL: a message then says "upvalue '?'"). */
+static void env_name_of(rewrite *w) {
+  size_t start = w->at, n = size_of(w, 0);
+  int env = n == 5 && w->n - w->at >= 4 && memcmp(w->p + w->at, "_ENV", 4) == 0;
+  if (env) put(w, w->p + start, w->at - start);
+  else put(w, (const unsigned char *)"\x80", 1);
+  if (n > 0) take(w, n - 1, env);
+}
+
 static void function_of(rewrite *w, int depth) {
   if (depth > 200) w->bad = 1;
   string_of(w, 1);                 /* source */
@@ -131,8 +141,8 @@ static void function_of(rewrite *w, int depth) {
     size_of(w, 0);
   }
   put(w, (const unsigned char *)"\x80", 1); /* none */
-  n = size_of(w, 1);               /* upvalue names */
-  for (size_t k = 0; k < n && !w->bad; k++) string_of(w, 1);
+  n = size_of(w, 1);               /* upvalue names: _ENV's alone kept */
+  for (size_t k = 0; k < n && !w->bad; k++) env_name_of(w);
 }
 
 /* in: a whole dump; out: the same without locvars. 0, or 1. */
