@@ -54,70 +54,80 @@ function M.letters(parts)
   return of
 end
 
--- The samples each of `width` columns covers, { {lo, hi} }: every stretch
--- of one phase keeps a column of its own (an optimizer step of a few
--- events among thousands is still drawn), the rest go in proportion to the
--- samples, largest remainder first. Stretches outnumbering the columns:
--- by samples alone.
-local function columns(tl, width)
-  local samples, groups = tl.samples, {}
-  local ns, g = #samples, nil
-  for j = 1, ns do -- (a numeric loop: ipairs costs a call per sample)
-    local phase = samples[j].phase
-    if g and g.phase == phase then g.last = j
-    else g = { phase = phase, first = j, last = j }; groups[#groups + 1] = g end
+-- The samples each of `width` columns covers, column c from lo[c] to
+-- hi[c]: every stretch of one phase keeps a column of its own (an
+-- optimizer step of a few events among thousands is still drawn), the rest
+-- go in proportion to the samples, largest remainder first. Stretches
+-- outnumbering the columns: by samples alone. (Numeric loops and flat
+-- lists: with ipairs, math.min and a table per column the PPO step's
+-- sparkline cost 1.3M instructions.)
+local function columns(samples, width)
+  local ns = #samples
+  local first, last, phase, ng = {}, {}, nil, 0 -- the stretches of one phase
+  for j = 1, ns do
+    local p = samples[j].phase
+    if ng > 0 and p == phase then last[ng] = j
+    else ng = ng + 1; first[ng], last[ng], phase = j, j, p end
   end
-  local out = {}
-  if #groups > width then
-    for c = 1, width do out[c] = { (c - 1) * ns // width + 1, c * ns // width } end
-    return out
+  local lo, hi = {}, {}
+  if ng > width then
+    for c = 1, width do lo[c], hi[c] = (c - 1) * ns // width + 1, c * ns // width end
+    return lo, hi
   end
-  local spare, left = width - #groups, width - #groups
-  for _, g in ipairs(groups) do
-    g.n = g.last - g.first + 1
-    g.cols = 1 + spare * g.n // ns
-    g.rem = spare * g.n % ns
-    left = left - (g.cols - 1)
+  local spare = width - ng
+  local left, n, cols, rem, order = spare, {}, {}, {}, {}
+  for k = 1, ng do
+    local nk = last[k] - first[k] + 1
+    n[k], cols[k], rem[k], order[k] = nk, 1 + spare * nk // ns, spare * nk % ns, k
+    left = left - (cols[k] - 1)
   end
-  local order = {}
-  for k = 1, #groups do order[k] = k end
   table.sort(order, function(a, b)
-    if groups[a].rem ~= groups[b].rem then return groups[a].rem > groups[b].rem end
+    if rem[a] ~= rem[b] then return rem[a] > rem[b] end
     return a < b
   end)
   while left > 0 do -- width <= ns: some stretch has a sample to spare
-    for _, k in ipairs(order) do
-      local g = groups[k]
-      if left > 0 and g.cols < g.n then g.cols, left = g.cols + 1, left - 1 end
+    for i = 1, ng do
+      local k = order[i]
+      if left > 0 and cols[k] < n[k] then cols[k], left = cols[k] + 1, left - 1 end
     end
   end
-  for _, g in ipairs(groups) do
-    for c = 1, g.cols do
-      out[#out + 1] = { g.first + (c - 1) * g.n // g.cols, g.first + c * g.n // g.cols - 1 }
+  local c = 0
+  for k = 1, ng do
+    local f, nk, ck = first[k], n[k], cols[k]
+    for x = 1, ck do
+      c = c + 1
+      lo[c], hi[c] = f + (x - 1) * nk // ck, f + x * nk // ck - 1
     end
   end
-  return out
+  return lo, hi
 end
 
 -- A text sparkline of live bytes, `width` columns, each the highest point
 -- of its stretch of events; below it, one letter per column for the part
 -- of the step that takes most of the column's events, and the legend.
 function M.sparkline(tl, width)
-  local ns = #tl.samples
+  local samples = tl.samples
+  local ns = #samples
   width = math.min(width or 64, ns)
   local top = tl.peak.live
   local cols, marks = {}, {}
   local parts = M.parts(tl)
+  local np = #parts
   local letter = M.letters(parts)
-  local samples, first = tl.samples, 1 -- the first part that may meet this column
-  for c, span in ipairs(columns(tl, width)) do
-    local lo, hi = span[1], span[2]
+  local los, his = columns(samples, width)
+  local first = 1 -- the first part that may meet this column
+  for c = 1, #los do
+    local lo, hi = los[c], his[c]
     local m = -1
     for j = lo, hi do
       local v = samples[j].live
       if v > m then m = v end
     end
-    local level = top > 0 and math.max(1, math.min(8, (m * 8 + top - 1) // top)) or 1
+    local level = 1
+    if top > 0 then
+      level = (m * 8 + top - 1) // top
+      if level > 8 then level = 8 elseif level < 1 then level = 1 end
+    end
     cols[c] = BLOCKS[level]
     local a = lo > 1 and samples[lo - 1].i + 1 or 1
     local b = samples[hi].i
@@ -128,10 +138,11 @@ function M.sparkline(tl, width)
     -- its 32M instructions)
     while parts[first].last < a do first = first + 1 end
     local most, name = -1, "?"
-    for k = first, #parts do
+    for k = first, np do
       local p = parts[k]
-      if p.first > b then break end
-      local o = math.min(b, p.last) - math.max(a, p.first)
+      local pf, pl = p.first, p.last
+      if pf > b then break end
+      local o = (b < pl and b or pl) - (a > pf and a or pf)
       if o > most then most, name = o, p.name end
     end
     marks[c] = letter[name]
