@@ -320,18 +320,28 @@ end
 -- caller knows its result does not read). only (optional): the fields that
 -- may differ (the rest are known to be base's; the string is the same).
 local scratch, writing = {}, false
+local canonical_c = require("vram").canonical
 function R.key(r, base, skip, only)
   local diff = {}
   for k in pairs(only or r) do
     local v = r[k]
     if v ~= nil and not (skip and skip[k]) and not same(v, base[k], k) then diff[k] = v end
   end
-  -- one buffer for every key (table.concat reads 1..n); a key written
-  -- while another is (a __tostring that asks for one) gets its own
-  local out = writing and {} or scratch
-  writing = true
-  local n = canonical(diff, out, 0, { n = 0 }) + 1
-  out[n] = "}-"
+  -- the runtime writes it (vram.canonical), or where it cannot (a value
+  -- written through tostring), canonical() above: one buffer for every
+  -- key (table.concat reads 1..n); a key written while another is (a
+  -- __tostring that asks for one) gets its own
+  local key = canonical_c(diff)
+  if key then
+    key = key .. "}-"
+  else
+    local out = writing and {} or scratch
+    writing = true
+    local n = canonical(diff, out, 0, { n = 0 }) + 1
+    out[n] = "}-"
+    key = table.concat(out, "", 1, n)
+    writing = out ~= scratch and writing
+  end
   local gone, ng = {}, 0
   for k in pairs(only or base) do
     if r[k] == nil and base[k] ~= nil and not (skip and skip[k]) then
@@ -340,9 +350,14 @@ function R.key(r, base, skip, only)
     end
   end
   if ng > 1 then table.sort(gone) end
-  local key = table.concat(out, "", 1, n)
-  writing = out ~= scratch and writing
   return ng == 0 and key or key .. table.concat(gone, ",")
+end
+
+-- The Lua writer's text of t (vram.canonical's, where that one writes it;
+-- tests/lua/test_run.lua compares them).
+function R.canonical_text(t)
+  local out = {}
+  return table.concat(out, "", 1, canonical(t, out, 0, { n = 0 }))
 end
 
 return R

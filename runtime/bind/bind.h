@@ -22,6 +22,7 @@ int vb_overflow(lua_State *L, const char *fn, const char *what);
 int luaopen_vram(lua_State *L);
 void vb_open_tape(lua_State *L);   /* adds vram.tape to the table on top */
 void vb_open_terms(lua_State *L);  /* adds the closed-form terms */
+void vb_open_canon(lua_State *L);  /* adds vram.canonical (lcanon.c) */
 void vb_open_trace(lua_State *L);  /* adds vram.fit_program (compiled estimates) */
 void vb_open_write(lua_State *L);  /* adds vram.write_file (lwrite.c) */
 struct vr_trace;

@@ -273,6 +273,7 @@ int luaopen_vram(lua_State *L) {
   }
   lua_setfield(L, -2, "units");
   vb_open_terms(L);
+  vb_open_canon(L);
   vb_open_tape(L);
   vb_open_trace(L);
   vb_open_write(L);

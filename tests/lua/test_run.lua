@@ -162,6 +162,64 @@ function tests.keys_survive_nesting_and_many_distinct_pieces()
   T.ok(many(1) ~= a, "different contents, different keys")
 end
 
+-- The runtime's writer (vram.canonical) writes what run.lua's Lua writer
+-- writes, table for table (a seeded walk: mixed and integer keys, strings
+-- that order differently as bytes and by length, floats, -0.0, shared and
+-- cyclic tables), and refuses (nil) whatever the Lua one writes through
+-- tostring() or a metamethod.
+function tests.the_runtime_writes_a_key_as_the_lua_writer_does()
+  local seed = 4242
+  local function rand(n)
+    seed = (seed * 1103515245 + 12345) % 2147483648
+    return seed % n + 1
+  end
+  local KEYS = { "a", "B", "ab", "a b", "é", "zz", "", 1, 2, 3, 10, -1, math.maxinteger,
+    math.mininteger, 0 }
+  local VALUES = { 1, 1.0, -0.0, 0.0, 2 ^ 53, 1e300, 0 / 0, -1 / 0, math.mininteger, "", "x",
+    ("long "):rep(80), true, false, 1 / 3 }
+  local pool = {}
+  local function make(depth)
+    local t = {}
+    for _ = 1, rand(6) - 1 do
+      local k, roll = KEYS[rand(#KEYS)], rand(10)
+      if roll <= 2 and depth < 4 then t[k] = make(depth + 1)
+      elseif roll == 3 and #pool > 0 then t[k] = pool[rand(#pool)] -- shared, maybe a cycle
+      else t[k] = VALUES[rand(#VALUES)] end
+    end
+    pool[#pool + 1] = t
+    return t
+  end
+  for i = 1, 300 do
+    local t = make(0)
+    if i % 7 == 0 then t.self = t end
+    T.eq(vram.canonical(t), R.canonical_text(t), "table " .. i)
+  end
+  T.eq(vram.canonical({}), "{")
+  T.eq(vram.canonical({ b = 1, a = "x", [2] = true, [1] = { c = 1.5 } }),
+    "{[1]={1:c=number:1.5,},[2]=boolean:true,1:a=1:x,1:b=number:1,")
+  local deep = {}
+  for _ = 1, 70 do deep = { inner = deep } end
+  local wide = {}
+  for i = 1, 300 do wide[i] = {} end
+  local refused = {
+    { "a metatable", setmetatable({}, {}) },
+    { "a nested metatable", { x = setmetatable({}, { __index = {} }) } },
+    { "a float key", { [1.5] = 1 } },
+    { "a boolean key", { [true] = 1 } },
+    { "a zero byte in a key", { ["a\0b"] = 1 } },
+    { "a function", { f = print } },
+    { "a userdata", { t = vram.tape() } },
+    { "a table under sim", { sim = {} } },
+    { "over 64 levels", deep },
+    { "over 256 tables", wide },
+  }
+  for _, c in ipairs(refused) do
+    T.eq(vram.canonical(c[2]), nil, c[1])
+    T.ok(#R.canonical_text(c[2]) > 0, c[1] .. ": the Lua writer writes it")
+  end
+  T.eq(vram.canonical({ sim = "a string" }), R.canonical_text({ sim = "a string" }))
+end
+
 function tests.a_bare_run_gets_the_documented_defaults()
   local r = bare()
   T.eq(r.mode, "train")

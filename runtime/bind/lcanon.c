@@ -1,0 +1,226 @@
+/* vram.canonical(t): a plain table written out as the string stdlib/run.lua's
+ * run.key makes of it, in C. fit --knobs writes a key per lever combination
+ * and per simulation (~280 of them); in Lua those cost 18M of its 148M
+ * instructions (issue 18). run.lua keeps the Lua writer, the reference,
+ * for what this one refuses (nil): anything whose text would depend on a
+ * metamethod or on tostring(). */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bind.h"
+
+#define CANON_DEPTH 64    /* nested tables written (deeper: nil) */
+#define CANON_TABLES 256  /* tables in one write (more: nil) */
+
+/* One key of a table with its value, read in one lua_next pass. Strings are
+ * the table's own (it anchors them while it is written). */
+typedef struct {
+  const char *ks, *vs;
+  size_t klen, vlen;
+  lua_Integer ki, vi;
+  lua_Number vf;
+  int vt; /* LUA_TSTRING, LUA_TNUMBER, LUA_TBOOLEAN or LUA_TTABLE */
+  bool kstr, vint;
+} entry;
+
+typedef struct {
+  lua_State *L;
+  int slot; /* the stack slot of the buffer (a userdata, replaced as it grows) */
+  char *p;
+  size_t n, cap;
+  const void *seen[CANON_TABLES]; /* tables met, in order: back-reference i + 1 */
+  int nseen;
+} writer;
+
+static void put(writer *w, const char *s, size_t n) {
+  if (n > w->cap - w->n) {
+    size_t cap = w->cap;
+    while (n > cap - w->n) {
+      if (cap > SIZE_MAX / 2) luaL_error(w->L, "vram.canonical: the text is too long");
+      cap *= 2;
+    }
+    char *p = (char *)lua_newuserdatauv(w->L, cap, 0);
+    memcpy(p, w->p, w->n);
+    lua_replace(w->L, w->slot);
+    w->p = p;
+    w->cap = cap;
+  }
+  memcpy(w->p + w->n, s, n);
+  w->n += n;
+}
+
+static void put_str(writer *w, const char *s) { put(w, s, strlen(s)); }
+
+/* "5:batch" as run.key writes a string: its length in bytes, then itself. */
+static void put_counted(writer *w, const char *s, size_t len) {
+  char head[32];
+  int k = snprintf(head, sizeof head, "%zu:", len);
+  put(w, head, (size_t)k);
+  put(w, s, len);
+}
+
+static void put_int(writer *w, lua_Integer i) {
+  char buf[32];
+  int k = snprintf(buf, sizeof buf, LUA_INTEGER_FMT, (LUAI_UACINT)i);
+  put(w, buf, (size_t)k);
+}
+
+/* Lua's order of the keys (table.sort with `<` within one type, numbers
+ * before strings across them: run.lua's mixed_less by type name). Strings
+ * compare bytewise: the C locale's strcoll, which Lua's `<` calls (vramlua
+ * never sets a locale); keys with a zero byte were refused. */
+static int key_order(const void *pa, const void *pb) {
+  const entry *a = (const entry *)pa, *b = (const entry *)pb;
+  if (a->kstr != b->kstr) return a->kstr ? 1 : -1;
+  if (!a->kstr) return a->ki < b->ki ? -1 : a->ki > b->ki;
+  size_t m = a->klen < b->klen ? a->klen : b->klen;
+  int c = memcmp(a->ks, b->ks, m);
+  if (c) return c;
+  return a->klen < b->klen ? -1 : a->klen > b->klen;
+}
+
+/* Reads the table at idx into an array on the stack (pushed); false for a
+ * key or value the Lua writer would write through tostring(). */
+static bool read_entries(lua_State *L, int idx, entry **out, size_t *count) {
+  size_t n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    n++;
+  }
+  entry *e = (entry *)lua_newuserdatauv(L, (n ? n : 1) * sizeof *e, 0);
+  size_t i = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    entry *x = &e[i++];
+    memset(x, 0, sizeof *x);
+    int kt = lua_type(L, -2), vt = lua_type(L, -1);
+    if (kt == LUA_TSTRING) {
+      x->kstr = true;
+      x->ks = lua_tolstring(L, -2, &x->klen);
+      if (memchr(x->ks, '\0', x->klen)) return false;
+    } else if (kt == LUA_TNUMBER && lua_isinteger(L, -2)) {
+      x->ki = lua_tointeger(L, -2);
+    } else {
+      return false;
+    }
+    x->vt = vt;
+    if (vt == LUA_TSTRING) {
+      x->vs = lua_tolstring(L, -1, &x->vlen);
+    } else if (vt == LUA_TNUMBER) {
+      x->vint = lua_isinteger(L, -1);
+      if (x->vint) x->vi = lua_tointeger(L, -1);
+      else x->vf = lua_tonumber(L, -1);
+    } else if (vt == LUA_TBOOLEAN) {
+      x->vi = lua_toboolean(L, -1);
+    } else if (vt != LUA_TTABLE || (x->kstr && x->klen == 3 && memcmp(x->ks, "sim", 3) == 0)) {
+      return false; /* tostring(v): a function, userdata, or the table under sim */
+    }
+    lua_pop(L, 1);
+  }
+  qsort(e, n, sizeof *e, key_order);
+  *out = e;
+  *count = n;
+  return true;
+}
+
+/* Writes the table at the top of the stack ("{" and its entries; the caller
+ * closes it), run.lua's canonical(); false where that one is needed. */
+static bool write_table(writer *w, int depth) {
+  lua_State *L = w->L;
+  int t = lua_gettop(L);
+  if (depth > CANON_DEPTH || w->nseen == CANON_TABLES || !lua_checkstack(L, 8)) return false;
+  if (lua_getmetatable(L, t)) return false; /* pairs and t[k] would see what next does not */
+  w->seen[w->nseen++] = lua_topointer(L, t);
+  entry *e = NULL;
+  size_t n = 0;
+  if (!read_entries(L, t, &e, &n)) return false;
+  put(w, "{", 1);
+  for (size_t i = 0; i < n; i++) {
+    const entry *x = &e[i];
+    if (x->kstr) {
+      put_counted(w, x->ks, x->klen);
+      put(w, "=", 1);
+    } else {
+      put(w, "[", 1);
+      put_int(w, x->ki);
+      put(w, "]=", 2);
+    }
+    switch (x->vt) {
+      case LUA_TSTRING:
+        put_counted(w, x->vs, x->vlen);
+        put(w, ",", 1);
+        break;
+      case LUA_TNUMBER:
+        put_str(w, "number:");
+        if (x->vint) {
+          put_int(w, x->vi);
+        } else { /* tostring's text of the float: lua_tolstring's own */
+          lua_pushnumber(L, x->vf);
+          size_t len = 0;
+          const char *s = lua_tolstring(L, -1, &len);
+          put(w, s, len);
+          lua_pop(L, 1);
+        }
+        put(w, ",", 1);
+        break;
+      case LUA_TBOOLEAN:
+        put_str(w, x->vi ? "boolean:true," : "boolean:false,");
+        break;
+      default: { /* a table: written once, then named by the order it was met in */
+        if (x->kstr) lua_pushlstring(L, x->ks, x->klen);
+        else lua_pushinteger(L, x->ki);
+        lua_rawget(L, t);
+        const void *p = lua_topointer(L, -1);
+        int id = 0;
+        for (int j = 0; j < w->nseen && !id; j++)
+          if (w->seen[j] == p) id = j + 1;
+        if (id) {
+          put(w, "@", 1);
+          put_int(w, id);
+          put(w, ",", 1);
+        } else {
+          if (!write_table(w, depth + 1)) return false;
+          put(w, "},", 2);
+        }
+        lua_pop(L, 1);
+      }
+    }
+  }
+  lua_pop(L, 1); /* the entries */
+  return true;
+}
+
+/* vram.canonical(t) -> string | nil: t written out as stdlib/run.lua's
+ * canonical() writes it, without the closing brace ("{5:batch=number:2,"
+ * ...): keys sorted, strings counted, tables met again as "@n". nil where
+ * that text would depend on more than next() and the values: a metatable,
+ * a key other than a string without zero bytes or an integer, a value
+ * other than a string, number, boolean or table (or a table under "sim"),
+ * numbers with a metatable, over 64 levels or 256 tables. */
+static int l_canonical(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_settop(L, 1);
+  lua_pushinteger(L, 0);
+  bool numbers_plain = !lua_getmetatable(L, -1); /* tostring(1.5) would call it */
+  lua_settop(L, 1);
+  if (!numbers_plain) {
+    lua_pushnil(L);
+    return 1;
+  }
+  writer w = {L, 2, NULL, 0, 256, {NULL}, 0};
+  w.p = (char *)lua_newuserdatauv(L, w.cap, 0); /* slot 2 */
+  lua_pushvalue(L, 1);
+  if (!write_table(&w, 0)) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_pushlstring(L, w.p, w.n);
+  return 1;
+}
+
+static const luaL_Reg canon_funcs[] = {{"canonical", l_canonical}, {NULL, NULL}};
+
+void vb_open_canon(lua_State *L) { luaL_setfuncs(L, canon_funcs, 0); }
