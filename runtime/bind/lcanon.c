@@ -5,7 +5,6 @@
  * for what this one refuses (nil): anything whose text would depend on a
  * metamethod or on tostring(). */
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,13 +24,17 @@ typedef struct {
   bool kstr, vint;
 } entry;
 
+/* The text is written into `small` until it outgrows it, then into a
+ * userdata in stack slot `slot` (replaced as it grows): a key allocates
+ * nothing of its own (each allocation pays the collector's debt). */
 typedef struct {
   lua_State *L;
-  int slot; /* the stack slot of the buffer (a userdata, replaced as it grows) */
+  int slot;
   char *p;
   size_t n, cap;
   const void *seen[CANON_TABLES]; /* tables met, in order: back-reference i + 1 */
   int nseen;
+  char small[1024];
 } writer;
 
 static void put(writer *w, const char *s, size_t n) {
@@ -53,18 +56,30 @@ static void put(writer *w, const char *s, size_t n) {
 
 static void put_str(writer *w, const char *s) { put(w, s, strlen(s)); }
 
-/* "5:batch" as run.key writes a string: its length in bytes, then itself. */
-static void put_counted(writer *w, const char *s, size_t len) {
-  char head[32];
-  int k = snprintf(head, sizeof head, "%zu:", len);
-  put(w, head, (size_t)k);
-  put(w, s, len);
+/* Decimal digits as Lua writes an integer (LUA_INTEGER_FMT, "%lld"):
+ * snprintf cost ~700 instructions a number. */
+static void put_uint(writer *w, unsigned long long u, bool minus) {
+  char buf[24];
+  int k = (int)sizeof buf;
+  do {
+    buf[--k] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u);
+  if (minus) buf[--k] = '-';
+  put(w, buf + k, sizeof buf - (size_t)k);
 }
 
 static void put_int(writer *w, lua_Integer i) {
-  char buf[32];
-  int k = snprintf(buf, sizeof buf, LUA_INTEGER_FMT, (LUAI_UACINT)i);
-  put(w, buf, (size_t)k);
+  /* the magnitude in unsigned arithmetic: -LUA_MININTEGER does not exist */
+  unsigned long long u = i < 0 ? 0ull - (unsigned long long)i : (unsigned long long)i;
+  put_uint(w, u, i < 0);
+}
+
+/* "5:batch" as run.key writes a string: its length in bytes, then itself. */
+static void put_counted(writer *w, const char *s, size_t len) {
+  put_uint(w, len, false);
+  put(w, ":", 1);
+  put(w, s, len);
 }
 
 /* Lua's order of the keys (table.sort with `<` within one type, numbers
@@ -81,44 +96,56 @@ static int key_order(const void *pa, const void *pb) {
   return a->klen < b->klen ? -1 : a->klen > b->klen;
 }
 
-/* Reads the table at idx into an array on the stack (pushed); false for a
- * key or value the Lua writer would write through tostring(). */
-static bool read_entries(lua_State *L, int idx, entry **out, size_t *count) {
+/* The key and value lua_next left at the top, into x; false for a key or
+ * value the Lua writer would write through tostring(). */
+static bool read_one(lua_State *L, entry *x) {
+  memset(x, 0, sizeof *x);
+  int kt = lua_type(L, -2), vt = lua_type(L, -1);
+  if (kt == LUA_TSTRING) {
+    x->kstr = true;
+    x->ks = lua_tolstring(L, -2, &x->klen);
+    if (memchr(x->ks, '\0', x->klen)) return false;
+  } else if (kt == LUA_TNUMBER && lua_isinteger(L, -2)) {
+    x->ki = lua_tointeger(L, -2);
+  } else {
+    return false;
+  }
+  x->vt = vt;
+  if (vt == LUA_TSTRING) {
+    x->vs = lua_tolstring(L, -1, &x->vlen);
+  } else if (vt == LUA_TNUMBER) {
+    x->vint = lua_isinteger(L, -1);
+    if (x->vint) x->vi = lua_tointeger(L, -1);
+    else x->vf = lua_tonumber(L, -1);
+  } else if (vt == LUA_TBOOLEAN) {
+    x->vi = lua_toboolean(L, -1);
+  } else if (vt != LUA_TTABLE || (x->kstr && x->klen == 3 && memcmp(x->ks, "sim", 3) == 0)) {
+    return false; /* tostring(v): a function, userdata, or the table under sim */
+  }
+  return true;
+}
+
+/* Reads the table at idx, sorted, into `local` (up to CANON_LOCAL keys: one
+ * pass) or an array pushed on the stack (a second pass); false where
+ * read_one refuses. */
+#define CANON_LOCAL 16
+static bool read_entries(lua_State *L, int idx, entry *local, entry **out, size_t *count) {
   size_t n = 0;
   lua_pushnil(L);
   while (lua_next(L, idx)) {
-    lua_pop(L, 1);
+    if (n < CANON_LOCAL && !read_one(L, &local[n])) return false;
     n++;
-  }
-  entry *e = (entry *)lua_newuserdatauv(L, (n ? n : 1) * sizeof *e, 0);
-  size_t i = 0;
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    entry *x = &e[i++];
-    memset(x, 0, sizeof *x);
-    int kt = lua_type(L, -2), vt = lua_type(L, -1);
-    if (kt == LUA_TSTRING) {
-      x->kstr = true;
-      x->ks = lua_tolstring(L, -2, &x->klen);
-      if (memchr(x->ks, '\0', x->klen)) return false;
-    } else if (kt == LUA_TNUMBER && lua_isinteger(L, -2)) {
-      x->ki = lua_tointeger(L, -2);
-    } else {
-      return false;
-    }
-    x->vt = vt;
-    if (vt == LUA_TSTRING) {
-      x->vs = lua_tolstring(L, -1, &x->vlen);
-    } else if (vt == LUA_TNUMBER) {
-      x->vint = lua_isinteger(L, -1);
-      if (x->vint) x->vi = lua_tointeger(L, -1);
-      else x->vf = lua_tonumber(L, -1);
-    } else if (vt == LUA_TBOOLEAN) {
-      x->vi = lua_toboolean(L, -1);
-    } else if (vt != LUA_TTABLE || (x->kstr && x->klen == 3 && memcmp(x->ks, "sim", 3) == 0)) {
-      return false; /* tostring(v): a function, userdata, or the table under sim */
-    }
     lua_pop(L, 1);
+  }
+  entry *e = local;
+  if (n > CANON_LOCAL) {
+    e = (entry *)lua_newuserdatauv(L, n * sizeof *e, 0);
+    size_t i = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx) && i < n) { /* (the table is not changed meanwhile) */
+      if (!read_one(L, &e[i++])) return false;
+      lua_pop(L, 1);
+    }
   }
   qsort(e, n, sizeof *e, key_order);
   *out = e;
@@ -134,9 +161,9 @@ static bool write_table(writer *w, int depth) {
   if (depth > CANON_DEPTH || w->nseen == CANON_TABLES || !lua_checkstack(L, 8)) return false;
   if (lua_getmetatable(L, t)) return false; /* pairs and t[k] would see what next does not */
   w->seen[w->nseen++] = lua_topointer(L, t);
-  entry *e = NULL;
+  entry local[CANON_LOCAL], *e = NULL;
   size_t n = 0;
-  if (!read_entries(L, t, &e, &n)) return false;
+  if (!read_entries(L, t, local, &e, &n)) return false;
   put(w, "{", 1);
   for (size_t i = 0; i < n; i++) {
     const entry *x = &e[i];
@@ -189,7 +216,7 @@ static bool write_table(writer *w, int depth) {
       }
     }
   }
-  lua_pop(L, 1); /* the entries */
+  lua_settop(L, t); /* the entries, when they were pushed */
   return true;
 }
 
@@ -210,8 +237,14 @@ static int l_canonical(lua_State *L) {
     lua_pushnil(L);
     return 1;
   }
-  writer w = {L, 2, NULL, 0, 256, {NULL}, 0};
-  w.p = (char *)lua_newuserdatauv(L, w.cap, 0); /* slot 2 */
+  writer w;
+  w.L = L;
+  w.slot = 2;
+  w.p = w.small;
+  w.n = 0;
+  w.cap = sizeof w.small;
+  w.nseen = 0;
+  lua_pushnil(L); /* slot 2: the buffer once it outgrows w.small */
   lua_pushvalue(L, 1);
   if (!write_table(&w, 0)) {
     lua_pushnil(L);

@@ -194,6 +194,9 @@ function tests.the_runtime_writes_a_key_as_the_lua_writer_does()
     if i % 7 == 0 then t.self = t end
     T.eq(vram.canonical(t), R.canonical_text(t), "table " .. i)
   end
+  local many = { sub = {} } -- past the 16 keys read in one pass
+  for i = 1, 40 do many["k" .. i], many[i], many.sub["s" .. i] = i, "v" .. i, i / 7 end
+  T.eq(vram.canonical(many), R.canonical_text(many), "80 keys, 40 nested")
   T.eq(vram.canonical({}), "{")
   T.eq(vram.canonical({ b = 1, a = "x", [2] = true, [1] = { c = 1.5 } }),
     "{[1]={1:c=number:1.5,},[2]=boolean:true,1:a=1:x,1:b=number:1,")
