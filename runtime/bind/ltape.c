@@ -984,7 +984,8 @@ static int l_timeline_collect(lua_State *L) {
         /* then, up to the next stretch or the piece's end, the events in a
          * row: each follows the one kept before it (its `starts` mark), and
          * the peak, never below the stretch's top, can rise only with it */
-        size_t run = len - j < end - i ? len - j : end - i; /* end > i - 1 */
+        /* (end >= i: a stretch's first event moved end past itself) */
+        size_t run = len - j < end - i ? len - j : end - i;
         for (const vr_tl_event *f = src + j, *stop = f + run; f < stop; f++, i++) {
           live += f->delta;
           by[f->cat] += f->delta;
