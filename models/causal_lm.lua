@@ -222,10 +222,11 @@ function F.generate(S, P, run, prefix_embeds)
   local steps = run.generate_tokens - 1
   -- A step drawn for a page runs every decode step, unless there are so
   -- many that their events would outgrow the memory budget (a 94-layer MoE
-  -- keeps ~1 MB of timeline per step); one drawn as a sparkline, whose
-  -- columns cannot show them (a PPO spec's 63 steps were 3/4 of its
-  -- process's time), runs the first and the last. The middle ones are then
-  -- fast-forwarded too and the timeline says how many it does not draw.
+  -- keeps ~1 MB of timeline per step): then the first and the last. One
+  -- drawn as a sparkline, whose columns cannot show them (a PPO spec's 63
+  -- steps were 3/4 of its process's time; its first step 1.5M of a 22.5M
+  -- estimate), runs the last alone, as an undrawn step does. The others are
+  -- fast-forwarded and the timeline says how many it does not draw.
   local draw_all = S.draw_decode and steps <= F.DRAWN_DECODE_STEPS
   -- a prefill cache entry holding more than its elements (a view: MLA's
   -- value states keep kv_b_proj's whole output) is bigger than what a
@@ -234,10 +235,11 @@ function F.generate(S, P, run, prefix_embeds)
   for _, c in pairs(cache) do
     whole = whole and c.k.b == S:bytes(c.k.dt, c.k.n) and c.v.b == S:bytes(c.v.dt, c.v.n)
   end
-  if steps >= 2 and S.composable and not S.timeline and whole then
+  if steps >= 2 and S.composable and (not S.timeline or S.sparkline) and whole then
     -- Undrawn, the first step is no different: the prefill leaves the
     -- state a decode step leaves (caches, ids, the sampled token), each
     -- smaller, so only the last step can reach the decode's peak.
+    if S.timeline then S.timeline_skipped = (S.timeline_skipped or 0) + steps - 1 end
     decoder.advance_cache(S, P, cache, T, 0, steps - 1)
     past = past + steps - 1
     S:drop(ids)

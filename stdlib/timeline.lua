@@ -162,7 +162,7 @@ function M.text(tl, width)
   local line, marks, legend = M.sparkline(tl, width)
   return {
     ("timeline (live tensors over %d allocator events; full height = the peak, %s%s):"):format(
-      tl.events, vram.fmt(tl.peak.live, "GiB"), tl.skipped_decode and (("; %d middle decode "
+      tl.events, vram.fmt(tl.peak.live, "GiB"), tl.skipped_decode and (("; %d decode "
       .. "steps not drawn: they cannot peak higher than the last"):format(tl.skipped_decode)) or ""),
     "  " .. line,
     "  " .. marks,

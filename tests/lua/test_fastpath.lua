@@ -82,9 +82,10 @@ end
 
 -- Past DRAWN_DECODE_STEPS a step drawn for a page (draw_decode)
 -- fast-forwards the middle decode steps too (their events would outgrow
--- the memory budget on a large MoE), and a step drawn as a sparkline does
--- at any count: the answer is still the full one, and the timeline says
--- how many steps it leaves out.
+-- the memory budget on a large MoE), and a step drawn with its timeline
+-- does at any count; a sparkline's (lean) draws the last step alone, as an
+-- undrawn step runs it. The answer is still the full one, and the
+-- timeline says how many steps it leaves out.
 function tests.a_long_decode_is_drawn_with_its_middle_steps_left_out()
   local n = require("models.causal_lm").DRAWN_DECODE_STEPS + 6
   local run = run_of("qwen2_5_1_5b_instruct", { num_hidden_layers = 2 },
@@ -99,8 +100,14 @@ function tests.a_long_decode_is_drawn_with_its_middle_steps_left_out()
   local drawn = step.run(run)
   T.eq(answer(drawn), full, "long decode with a timeline")
   T.eq(drawn.timeline.skipped_decode, n - 1 - 2, "middle decode steps left out")
-  T.ok(require("stdlib.timeline").text(drawn.timeline)[1]:find(("%d middle decode steps not drawn")
+  T.ok(require("stdlib.timeline").text(drawn.timeline)[1]:find(("%d decode steps not drawn")
     :format(n - 3), 1, true), "the terminal says so")
+  run.draw_decode, run.timeline = nil, "sparkline"
+  local lean = step.run(run)
+  T.eq(answer(lean), full, "a lean sparkline's decode")
+  T.eq(lean.timeline.skipped_decode, n - 1 - 1, "every decode step but the last left out")
+  T.ok(lean.timeline.events < sparkline.timeline.events, "its first step's events not kept")
+  run.draw_decode, run.timeline = true, true
   -- at the limit every step is drawn for a page, the first and last for a sparkline
   run.generate_tokens = n - 6 + 1
   T.eq(step.run(run).timeline.skipped_decode, nil, "every step drawn at the limit")
