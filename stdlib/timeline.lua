@@ -9,13 +9,15 @@ local M = {}
 M.SAMPLES = 480
 
 -- The timeline the tape kept, as
--- { events = n, samples = { {i, live, by = {cat = bytes}, phase, op, recompute} },
+-- { events = n,
+--   at = { i }, live = { bytes }, phase = { name },   (sample j's event, live bytes, phase)
+--   samples = { {i, live, by = {cat = bytes}, phase, op, recompute} },
 --   spans = { {phase, first, last, recompute} },   (event indices)
 --   peak = { i, live, by, phase, op } }
 -- or nil when the tape kept nothing (the tape's timeline_collect walks the events in C).
--- lean: the samples without by, op and recompute (a sparkline draws i,
--- live and phase; tables of categories for 480 samples cost as much as
--- the rest of a text estimate's timeline).
+-- lean: without samples (a sparkline draws at, live and phase; tables of
+-- categories for 480 samples cost as much as the rest of a text
+-- estimate's timeline, a table a sample a third of the rest).
 function M.collect(tape, samples, lean)
   return tape:timeline_collect(samples or M.SAMPLES, lean)
 end
@@ -61,11 +63,11 @@ end
 -- outnumbering the columns: by samples alone. (Numeric loops and flat
 -- lists: with ipairs, math.min and a table per column the PPO step's
 -- sparkline cost 1.3M instructions.)
-local function columns(samples, width)
-  local ns = #samples
+local function columns(phases, width)
+  local ns = #phases
   local first, last, phase, ng = {}, {}, nil, 0 -- the stretches of one phase
   for j = 1, ns do
-    local p = samples[j].phase
+    local p = phases[j]
     if ng > 0 and p == phase then last[ng] = j
     else ng = ng + 1; first[ng], last[ng], phase = j, j, p end
   end
@@ -106,21 +108,21 @@ end
 -- of its stretch of events; below it, one letter per column for the part
 -- of the step that takes most of the column's events, and the legend.
 function M.sparkline(tl, width)
-  local samples = tl.samples
-  local ns = #samples
+  local live, at = tl.live, tl.at
+  local ns = #live
   width = math.min(width or 64, ns)
   local top = tl.peak.live
   local cols, marks = {}, {}
   local parts = M.parts(tl)
   local np = #parts
   local letter = M.letters(parts)
-  local los, his = columns(samples, width)
+  local los, his = columns(tl.phase, width)
   local first = 1 -- the first part that may meet this column
   for c = 1, #los do
     local lo, hi = los[c], his[c]
     local m = -1
     for j = lo, hi do
-      local v = samples[j].live
+      local v = live[j]
       if v > m then m = v end
     end
     local level = 1
@@ -129,8 +131,8 @@ function M.sparkline(tl, width)
       if level > 8 then level = 8 elseif level < 1 then level = 1 end
     end
     cols[c] = BLOCKS[level]
-    local a = lo > 1 and samples[lo - 1].i + 1 or 1
-    local b = samples[hi].i
+    local a = lo > 1 and at[lo - 1] + 1 or 1
+    local b = at[hi]
     -- the part holding most of events a..b, the first on a tie: the parts
     -- tile the events in order and the columns follow them, so only the
     -- parts from the one holding a to the one holding b can hold any (each
