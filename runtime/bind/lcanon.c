@@ -13,14 +13,17 @@
 #define CANON_DEPTH 64    /* nested tables written (deeper: nil) */
 #define CANON_TABLES 256  /* tables in one write (more: nil) */
 
-/* One key of a table with its value, read in one lua_next pass. Strings are
- * the table's own (it anchors them while it is written). */
+/* One key of a table with its value. Both are copied to the stack first
+ * and every string is read there: a pointer lua_tolstring gives stays
+ * valid while the stack holds its string, whatever a finalizer run by an
+ * allocation meanwhile (a trusted script's __gc) does to the table. */
 typedef struct {
   const char *ks, *vs;
   size_t klen, vlen;
   lua_Integer ki, vi;
   lua_Number vf;
-  int vt; /* LUA_TSTRING, LUA_TNUMBER, LUA_TBOOLEAN or LUA_TTABLE */
+  int vt;   /* LUA_TSTRING, LUA_TNUMBER, LUA_TBOOLEAN or LUA_TTABLE */
+  int vidx; /* the value's stack slot */
   bool kstr, vint;
 } entry;
 
@@ -96,57 +99,53 @@ static int key_order(const void *pa, const void *pb) {
   return a->klen < b->klen ? -1 : a->klen > b->klen;
 }
 
-/* The key and value lua_next left at the top, into x; false for a key or
- * value the Lua writer would write through tostring(). */
-static bool read_one(lua_State *L, entry *x) {
+/* The key at stack slot k and its value at k + 1, into x; false for a key
+ * or value the Lua writer would write through tostring(). */
+static bool read_one(lua_State *L, int k, entry *x) {
   memset(x, 0, sizeof *x);
-  int kt = lua_type(L, -2), vt = lua_type(L, -1);
+  int kt = lua_type(L, k), vt = lua_type(L, k + 1);
   if (kt == LUA_TSTRING) {
     x->kstr = true;
-    x->ks = lua_tolstring(L, -2, &x->klen);
+    x->ks = lua_tolstring(L, k, &x->klen);
     if (memchr(x->ks, '\0', x->klen)) return false;
-  } else if (kt == LUA_TNUMBER && lua_isinteger(L, -2)) {
-    x->ki = lua_tointeger(L, -2);
+  } else if (kt == LUA_TNUMBER && lua_isinteger(L, k)) {
+    x->ki = lua_tointeger(L, k);
   } else {
     return false;
   }
   x->vt = vt;
+  x->vidx = k + 1;
   if (vt == LUA_TSTRING) {
-    x->vs = lua_tolstring(L, -1, &x->vlen);
+    x->vs = lua_tolstring(L, k + 1, &x->vlen);
   } else if (vt == LUA_TNUMBER) {
-    x->vint = lua_isinteger(L, -1);
-    if (x->vint) x->vi = lua_tointeger(L, -1);
-    else x->vf = lua_tonumber(L, -1);
+    x->vint = lua_isinteger(L, k + 1);
+    if (x->vint) x->vi = lua_tointeger(L, k + 1);
+    else x->vf = lua_tonumber(L, k + 1);
   } else if (vt == LUA_TBOOLEAN) {
-    x->vi = lua_toboolean(L, -1);
+    x->vi = lua_toboolean(L, k + 1);
   } else if (vt != LUA_TTABLE || (x->kstr && x->klen == 3 && memcmp(x->ks, "sim", 3) == 0)) {
     return false; /* tostring(v): a function, userdata, or the table under sim */
   }
   return true;
 }
 
-/* Reads the table at idx, sorted, into `local` (up to CANON_LOCAL keys: one
- * pass) or an array pushed on the stack (a second pass); false where
- * read_one refuses. */
+/* The table at idx, its pairs pushed on the stack in one lua_next pass and
+ * read into `local` (up to CANON_LOCAL keys) or an array pushed after
+ * them, sorted; false where read_one refuses (or the stack cannot hold
+ * them). */
 #define CANON_LOCAL 16
 static bool read_entries(lua_State *L, int idx, entry *local, entry **out, size_t *count) {
+  int base = lua_gettop(L);
   size_t n = 0;
   lua_pushnil(L);
   while (lua_next(L, idx)) {
-    if (n < CANON_LOCAL && !read_one(L, &local[n])) return false;
+    if (!lua_checkstack(L, 3)) return false;
+    lua_pushvalue(L, -2); /* the key again, for lua_next: the pair stays below */
     n++;
-    lua_pop(L, 1);
   }
-  entry *e = local;
-  if (n > CANON_LOCAL) {
-    e = (entry *)lua_newuserdatauv(L, n * sizeof *e, 0);
-    size_t i = 0;
-    lua_pushnil(L);
-    while (lua_next(L, idx) && i < n) { /* (the table is not changed meanwhile) */
-      if (!read_one(L, &e[i++])) return false;
-      lua_pop(L, 1);
-    }
-  }
+  entry *e = n <= CANON_LOCAL ? local : (entry *)lua_newuserdatauv(L, n * sizeof *e, 0);
+  for (size_t i = 0; i < n; i++)
+    if (!read_one(L, base + 1 + 2 * (int)i, &e[i])) return false;
   qsort(e, n, sizeof *e, key_order);
   *out = e;
   *count = n;
@@ -197,9 +196,7 @@ static bool write_table(writer *w, int depth) {
         put_str(w, x->vi ? "boolean:true," : "boolean:false,");
         break;
       default: { /* a table: written once, then named by the order it was met in */
-        if (x->kstr) lua_pushlstring(L, x->ks, x->klen);
-        else lua_pushinteger(L, x->ki);
-        lua_rawget(L, t);
+        lua_pushvalue(L, x->vidx);
         const void *p = lua_topointer(L, -1);
         int id = 0;
         for (int j = 0; j < w->nseen && !id; j++)
@@ -216,7 +213,7 @@ static bool write_table(writer *w, int depth) {
       }
     }
   }
-  lua_settop(L, t); /* the entries, when they were pushed */
+  lua_settop(L, t); /* the pairs and the entries */
   return true;
 }
 
