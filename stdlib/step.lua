@@ -178,7 +178,7 @@ function M.new_sim(run, identity)
   S.sparkline = run.timeline == "sparkline" or nil -- lean samples (stdlib/timeline.lua collect)
   -- a drawn generation draws every decode step (up to causal_lm's
   -- DRAWN_DECODE_STEPS) for a page (estimate --html); a sparkline's columns
-  -- cannot show them, so it draws the first and last
+  -- cannot show them, so it draws the last alone
   S.draw_decode = S.timeline and run.draw_decode and true or nil
   -- layers kept from an earlier simulation of a search (stdlib/compose.lua)
   S.kept = S.composable and not S.timeline and compose.kept(identity) or nil
