@@ -320,8 +320,9 @@ end
 -- caller knows its result does not read). only (optional): the fields that
 -- may differ (the rest are known to be base's; the string is the same).
 local scratch, writing = {}, false
-local canonical_c = require("vram").canonical
-function R.key(r, base, skip, only)
+local canonical_c, key_c = require("vram").canonical, require("vram").run_key
+-- (the Lua reference: vram.run_key answers where it can, run.key below)
+function R.key_lua(r, base, skip, only)
   local diff = {}
   for k in pairs(only or r) do
     local v = r[k]
@@ -351,6 +352,10 @@ function R.key(r, base, skip, only)
   end
   if ng > 1 then table.sort(gone) end
   return ng == 0 and key or key .. table.concat(gone, ",")
+end
+local key_lua = R.key_lua
+function R.key(r, base, skip, only)
+  return key_c(r, base, skip, only) or key_lua(r, base, skip, only)
 end
 
 -- The Lua writer's text of t (vram.canonical's, where that one writes it;

@@ -1,9 +1,11 @@
-/* vram.canonical(t): a plain table written out as the string stdlib/run.lua's
- * run.key makes of it, in C. fit --knobs writes a key per lever combination
- * and per simulation (~280 of them); in Lua those cost 18M of its 148M
- * instructions (issue 18). run.lua keeps the Lua writer, the reference,
- * for what this one refuses (nil): anything whose text would depend on a
- * metamethod or on tostring(). */
+/* stdlib/run.lua's run.key in C: vram.run_key (the fields that differ,
+ * compared as run.lua's same() compares them) and vram.canonical (a plain
+ * table written out as run.key writes it). fit --knobs makes a key per
+ * lever combination and per simulation (~330 of them); in Lua those cost
+ * 18M of its 148M instructions (issue 18). run.lua keeps the Lua key, the
+ * reference, for what these refuse (nil): anything whose answer could
+ * depend on a metamethod or on tostring(). */
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,26 +226,35 @@ static bool write_table(writer *w, int depth) {
  * a key other than a string without zero bytes or an integer, a value
  * other than a string, number, boolean or table (or a table under "sim"),
  * numbers with a metatable, over 64 levels or 256 tables. */
+/* Whether numbers write alike: tostring(1.5) would call their metatable's
+ * __tostring and __name. */
+static bool numbers_plain(lua_State *L) {
+  lua_pushinteger(L, 0);
+  bool plain = !lua_getmetatable(L, -1);
+  lua_pop(L, plain ? 1 : 2);
+  return plain;
+}
+
+/* The table at the top written out (canonical()'s text without its closing
+ * brace) into w, whose buffer slot is `slot`; false where the Lua writer is
+ * needed. The table stays on the stack. */
+static bool write_top(lua_State *L, writer *w, int slot) {
+  w->L = L;
+  w->slot = slot;
+  w->p = w->small;
+  w->n = 0;
+  w->cap = sizeof w->small;
+  w->nseen = 0;
+  return write_table(w, 0);
+}
+
 static int l_canonical(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
-  lua_pushinteger(L, 0);
-  bool numbers_plain = !lua_getmetatable(L, -1); /* tostring(1.5) would call it */
-  lua_settop(L, 1);
-  if (!numbers_plain) {
-    lua_pushnil(L);
-    return 1;
-  }
   writer w;
-  w.L = L;
-  w.slot = 2;
-  w.p = w.small;
-  w.n = 0;
-  w.cap = sizeof w.small;
-  w.nseen = 0;
   lua_pushnil(L); /* slot 2: the buffer once it outgrows w.small */
   lua_pushvalue(L, 1);
-  if (!write_table(&w, 0)) {
+  if (!numbers_plain(L) || !write_top(L, &w, 2)) {
     lua_pushnil(L);
     return 1;
   }
@@ -251,6 +262,169 @@ static int l_canonical(lua_State *L) {
   return 1;
 }
 
-static const luaL_Reg canon_funcs[] = {{"canonical", l_canonical}, {NULL, NULL}};
+/* run.lua's same(a, b, key) for the values at stack slots a and b (sim:
+ * their key is "sim"): 1 the same, 0 not, -1 where Lua's answer could
+ * depend on a metamethod (__eq, __pairs, __index), or past 64 levels. */
+static int same(lua_State *L, int a, int b, bool sim, int depth) {
+  int ta = lua_type(L, a), tb = lua_type(L, b);
+  if (ta != tb) return 0;
+  if (ta == LUA_TNUMBER) { /* equal values of one subtype, -0.0 apart from 0.0 */
+    bool ia = lua_isinteger(L, a);
+    if (ia != (bool)lua_isinteger(L, b)) return 0;
+    if (ia) return lua_tointeger(L, a) == lua_tointeger(L, b);
+    lua_Number x = lua_tonumber(L, a), y = lua_tonumber(L, b);
+    return x == y && (x != 0 || signbit(x) == signbit(y));
+  }
+  if (lua_rawequal(L, a, b)) return 1;
+  if (ta == LUA_TUSERDATA) { /* Lua's == would call a __eq */
+    if (lua_getmetatable(L, a) || lua_getmetatable(L, b)) return -1;
+    return 0;
+  }
+  if (ta != LUA_TTABLE) return 0;
+  if (lua_getmetatable(L, a) || lua_getmetatable(L, b)) return -1;
+  if (sim) return 0;
+  if (depth > CANON_DEPTH || !lua_checkstack(L, 6)) return -1;
+  int r = 1;
+  lua_pushnil(L);
+  while (r == 1 && lua_next(L, a)) { /* each of a's in b, alike */
+    lua_pushvalue(L, -2);
+    lua_rawget(L, b);
+    bool key_sim = lua_type(L, -3) == LUA_TSTRING && strcmp(lua_tostring(L, -3), "sim") == 0;
+    r = same(L, lua_gettop(L) - 1, lua_gettop(L), key_sim, depth + 1);
+    lua_pop(L, 2);
+  }
+  if (r != 1) {
+    lua_pop(L, 1); /* the key lua_next left */
+    return r;
+  }
+  lua_pushnil(L);
+  while (lua_next(L, b)) { /* none of b's missing from a */
+    lua_pop(L, 1);
+    lua_pushvalue(L, -1);
+    if (lua_rawget(L, a) == LUA_TNIL) {
+      lua_pop(L, 2);
+      return 0;
+    }
+    lua_pop(L, 1);
+  }
+  return 1;
+}
+
+/* Orders the gone names (strings at the stack slots listed) as table.sort
+ * does strings. */
+static lua_State *sort_state;
+static int name_order(const void *pa, const void *pb) {
+  size_t la = 0, lb = 0;
+  const char *a = lua_tolstring(sort_state, *(const int *)pa, &la);
+  const char *b = lua_tolstring(sort_state, *(const int *)pb, &lb);
+  int c = memcmp(a, b, la < lb ? la : lb);
+  return c ? c : (la > lb) - (la < lb);
+}
+
+/* vram.run_key(r, base [, skip [, only]]) -> string | nil: stdlib/run.lua's
+ * run.key, in C: the fields of r (those `only` names, if given) that differ
+ * from base's, written out, "}-", then the names base has and r lacks. nil
+ * where run.lua's own loop is needed: a metatable on what is iterated, on
+ * base or skip (r may have one: r[k] is read as Lua reads it), a
+ * comparison a metamethod could answer, a gone name that is not a string
+ * without zero bytes, what vram.canonical refuses. */
+static int l_run_key(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  bool has_skip = !lua_isnoneornil(L, 3), has_only = !lua_isnoneornil(L, 4);
+  if (has_skip) luaL_checktype(L, 3, LUA_TTABLE);
+  if (has_only) luaL_checktype(L, 4, LUA_TTABLE);
+  lua_settop(L, 4);
+  int iter = has_only ? 4 : 1;
+  if (lua_getmetatable(L, iter) || lua_getmetatable(L, 2) ||
+      (has_skip && lua_getmetatable(L, 3)) || !numbers_plain(L)) {
+    lua_pushnil(L);
+    return 1;
+  }
+  lua_newtable(L); /* 5: the fields that differ */
+  lua_pushnil(L);  /* 6: the writer's buffer, once it outgrows its own */
+  luaL_checkstack(L, 8, "run.key");
+  lua_pushnil(L);
+  while (lua_next(L, iter)) {
+    lua_pop(L, 1);
+    int k = lua_gettop(L);
+    lua_pushvalue(L, k);
+    if (lua_gettable(L, 1) == LUA_TNIL ||
+        (has_skip && (lua_pushvalue(L, k), lua_rawget(L, 3), lua_toboolean(L, -1)))) {
+      lua_settop(L, k);
+      continue;
+    }
+    lua_settop(L, k + 1); /* r[k] at k + 1 */
+    lua_pushvalue(L, k);
+    lua_rawget(L, 2); /* base[k] at k + 2 */
+    bool sim = lua_type(L, k) == LUA_TSTRING && strcmp(lua_tostring(L, k), "sim") == 0;
+    int r = same(L, k + 1, k + 2, sim, 0);
+    if (r < 0) {
+      lua_pushnil(L);
+      return 1;
+    }
+    if (r == 0) {
+      lua_pushvalue(L, k);
+      lua_pushvalue(L, k + 1);
+      lua_rawset(L, 5);
+    }
+    lua_settop(L, k);
+  }
+  /* the names base has and r lacks (not skipped), each left on the stack */
+  int first = lua_gettop(L) + 1, ngone = 0;
+  lua_pushnil(L);
+  while (lua_next(L, has_only ? 4 : 2)) {
+    lua_pop(L, 1);
+    int k = lua_gettop(L);
+    if (!lua_checkstack(L, 6)) {
+      lua_pushnil(L);
+      return 1;
+    }
+    lua_pushvalue(L, k);
+    bool lacks = lua_gettable(L, 1) == LUA_TNIL;
+    lua_pushvalue(L, k);
+    bool has = lua_rawget(L, 2) != LUA_TNIL;
+    bool skipped = false;
+    if (has_skip) {
+      lua_pushvalue(L, k);
+      lua_rawget(L, 3);
+      skipped = lua_toboolean(L, -1);
+    }
+    lua_settop(L, k);
+    if (lacks && has && !skipped) {
+      size_t len = 0;
+      const char *name = lua_type(L, k) == LUA_TSTRING ? lua_tolstring(L, k, &len) : NULL;
+      if (!name || memchr(name, '\0', len)) {
+        lua_pushnil(L);
+        return 1;
+      }
+      lua_pushvalue(L, k); /* kept below the iteration's key */
+      lua_insert(L, k);
+      ngone++;
+    }
+  }
+  int *slots = (int *)lua_newuserdatauv(L, (size_t)(ngone ? ngone : 1) * sizeof *slots, 0);
+  for (int i = 0; i < ngone; i++) slots[i] = first + i;
+  sort_state = L;
+  qsort(slots, (size_t)ngone, sizeof *slots, name_order);
+  writer w;
+  lua_pushvalue(L, 5);
+  if (!write_top(L, &w, 6)) {
+    lua_pushnil(L);
+    return 1;
+  }
+  put(&w, "}-", 2);
+  for (int i = 0; i < ngone; i++) {
+    size_t len = 0;
+    const char *name = lua_tolstring(L, slots[i], &len);
+    if (i > 0) put(&w, ",", 1);
+    put(&w, name, len);
+  }
+  lua_pushlstring(L, w.p, w.n);
+  return 1;
+}
+
+static const luaL_Reg canon_funcs[] = {{"canonical", l_canonical}, {"run_key", l_run_key},
+                                       {NULL, NULL}};
 
 void vb_open_canon(lua_State *L) { luaL_setfuncs(L, canon_funcs, 0); }

@@ -75,7 +75,7 @@ static const char DRIVER[] =
     "  'timeline_event', 'nope' }\n"
     "local FUNCS = { 'bytes', 'dtype', 'dtypes', 'to', 'fmt', 'require_version', 'linear_params',\n"
     "  'embedding_params', 'norm_params', 'conv_params', 'optimizer_state', 'attention_scores',\n"
-    "  'kv_cache', 'mul', 'add', 'fixed', 'clone', 'canonical' }\n"
+    "  'kv_cache', 'mul', 'add', 'fixed', 'clone', 'canonical', 'run_key' }\n"
     "local steps = 0\n"
     "while pos <= #data and steps < 400 do\n"
     "  steps = steps + 1\n"

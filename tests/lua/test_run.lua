@@ -223,6 +223,62 @@ function tests.the_runtime_writes_a_key_as_the_lua_writer_does()
   T.eq(vram.canonical({ sim = "a string" }), R.canonical_text({ sim = "a string" }))
 end
 
+-- The runtime's run.key (vram.run_key) gives the Lua one's text for every
+-- edited copy of a seeded walk (fields changed, added and removed, nested
+-- tables changed in place, numbers of each subtype, -0.0 and NaN, shared
+-- tables, the simulator), with and without skip and only; and refuses (nil)
+-- where a metamethod could answer.
+function tests.the_runtime_keys_a_run_as_the_lua_key_does()
+  local seed = 777
+  local function rand(n)
+    seed = (seed * 1103515245 + 12345) % 2147483648
+    return seed % n + 1
+  end
+  local shared = { x = 1 }
+  local VALUES = { 1, 1.0, 2, 0.0, -0.0, 0 / 0, "a", "", true, false, 1.5, shared,
+    { x = 1 }, { 1, 2 }, { y = { z = -0.0 } } }
+  local NAMES = { "batch", "seq", "optimizer", "lora", "extra", "ckpt", "sim" }
+  local base = bare({ optimizer = { name = "adamw", state_dtype = "fp32" },
+    lora = { r = 8, targets = { "q_proj", "v_proj" } } })
+  local compared = 0
+  for i = 1, 400 do
+    local r = R.copy(base)
+    for _ = 1, rand(4) do
+      local name, roll = NAMES[rand(#NAMES)], rand(5)
+      if name == "sim" then r.sim = roll == 1 and { takes_text = true } or base.sim
+      elseif roll == 1 then r[name] = nil
+      elseif roll == 2 and type(r[name]) == "table" then r[name][NAMES[rand(#NAMES)]] = VALUES[rand(#VALUES)]
+      else r[name] = VALUES[rand(#VALUES)] end
+    end
+    local skip = rand(3) == 1 and { [NAMES[rand(#NAMES)]] = true } or nil
+    local only = rand(3) == 1 and { batch = true, optimizer = true, lora = true, extra = true } or nil
+    -- nil only where the Lua key writes a table by identity (under sim)
+    local c, lua = vram.run_key(r, base, skip, only), R.key_lua(r, base, skip, only)
+    if c ~= nil or not lua:find("table:", 1, true) then
+      T.eq(c, lua, "copy " .. i)
+      compared = compared + 1
+    end
+    T.eq(R.key(r, base, skip, only), lua, "copy " .. i .. ": run.key")
+  end
+  T.ok(compared > 300, compared .. " of 400 keyed in the runtime")
+  -- what a metamethod could answer: the Lua key
+  local eq = { __eq = function() return true end }
+  local cases = {
+    { "iterated with a metatable", setmetatable(R.copy(base), { __pairs = function(t) return next, t, nil end }), base },
+    { "a base with a metatable", R.copy(base), setmetatable(R.copy(base), {}) },
+    { "a field with a metatable", R.with(base, { lora = setmetatable({ r = 4 }, eq) }), base },
+    { "a value written through tostring", R.with(base, { lora = { f = print } }), base },
+  }
+  for _, c in ipairs(cases) do
+    T.eq(vram.run_key(c[2], c[3]), nil, c[1])
+    T.eq(R.key(c[2], c[3]), R.key_lua(c[2], c[3]), c[1] .. ": run.key")
+  end
+  -- r itself may have one: r[k] is read as Lua reads it
+  local over = setmetatable({ batch = 3 }, { __index = base })
+  T.eq(vram.run_key(over, base, nil, { batch = true, seq = true }),
+    R.key_lua(over, base, nil, { batch = true, seq = true }))
+end
+
 function tests.a_bare_run_gets_the_documented_defaults()
   local r = bare()
   T.eq(r.mode, "train")
