@@ -19,6 +19,15 @@ end
 
 local tests = {}
 
+-- A seeded linear congruential generator, rand(n) in 1..n: the same walk
+-- everywhere.
+local function lcg(seed)
+  return function(n)
+    seed = (seed * 1103515245 + 12345) % 2147483648
+    return seed % n + 1
+  end
+end
+
 function tests.every_field_has_a_description()
   for name, f in pairs(R.FIELDS) do
     T.ok(type(f[1]) == "string" and #f[1] > 0, name .. " is described")
@@ -64,11 +73,7 @@ end
 -- from 0.0; tables by content). Nested tables of one size with different
 -- key sets, and layouts met again, exercise the keys' remembered orders.
 function tests.keys_are_equal_exactly_when_the_runs_are()
-  local seed = 12345
-  local function rand(n) -- a linear congruential generator: the same walk everywhere
-    seed = (seed * 1103515245 + 12345) % 2147483648
-    return seed % n + 1
-  end
+  local rand = lcg(12345)
   local VALUES = { 1, 1.0, 2, 0.0, -0.0, 0, "a", "b", "", true, false, 1.5, 2 ^ 60 }
   local NAMES = { "p", "q", "r", "s", "t" }
   local function nested()
@@ -168,11 +173,7 @@ end
 -- cyclic tables), and refuses (nil) whatever the Lua one writes through
 -- tostring() or a metamethod.
 function tests.the_runtime_writes_a_key_as_the_lua_writer_does()
-  local seed = 4242
-  local function rand(n)
-    seed = (seed * 1103515245 + 12345) % 2147483648
-    return seed % n + 1
-  end
+  local rand = lcg(4242)
   local KEYS = { "a", "B", "ab", "a b", "é", "zz", "", 1, 2, 3, 10, -1, math.maxinteger,
     math.mininteger, 0 }
   local VALUES = { 1, 1.0, -0.0, 0.0, 2 ^ 53, 1e300, 0 / 0, -1 / 0, math.mininteger, "", "x",
@@ -229,11 +230,7 @@ end
 -- tables, the simulator), with and without skip and only; and refuses (nil)
 -- where a metamethod could answer.
 function tests.the_runtime_keys_a_run_as_the_lua_key_does()
-  local seed = 777
-  local function rand(n)
-    seed = (seed * 1103515245 + 12345) % 2147483648
-    return seed % n + 1
-  end
+  local rand = lcg(777)
   local shared = { x = 1 }
   local VALUES = { 1, 1.0, 2, 0.0, -0.0, 0 / 0, "a", "", true, false, 1.5, shared,
     { x = 1 }, { 1, 2 }, { y = { z = -0.0 } } }
