@@ -101,6 +101,14 @@ static int key_order(const void *pa, const void *pb) {
   return a->klen < b->klen ? -1 : a->klen > b->klen;
 }
 
+/* Whether the value at idx is the string "sim" (the key whose tables are
+ * compared and written by identity). */
+static bool is_sim(lua_State *L, int idx) {
+  size_t len = 0;
+  const char *s = lua_type(L, idx) == LUA_TSTRING ? lua_tolstring(L, idx, &len) : NULL;
+  return s && len == 3 && memcmp(s, "sim", 3) == 0;
+}
+
 /* The key at stack slot k and its value at k + 1, into x; false for a key
  * or value the Lua writer would write through tostring(). */
 static bool read_one(lua_State *L, int k, entry *x) {
@@ -125,7 +133,7 @@ static bool read_one(lua_State *L, int k, entry *x) {
     else x->vf = lua_tonumber(L, k + 1);
   } else if (vt == LUA_TBOOLEAN) {
     x->vi = lua_toboolean(L, k + 1);
-  } else if (vt != LUA_TTABLE || (x->kstr && x->klen == 3 && memcmp(x->ks, "sim", 3) == 0)) {
+  } else if (vt != LUA_TTABLE || is_sim(L, k)) {
     return false; /* tostring(v): a function, userdata, or the table under sim */
   }
   return true;
@@ -219,13 +227,6 @@ static bool write_table(writer *w, int depth) {
   return true;
 }
 
-/* vram.canonical(t) -> string | nil: t written out as stdlib/run.lua's
- * canonical() writes it, without the closing brace ("{5:batch=number:2,"
- * ...): keys sorted, strings counted, tables met again as "@n". nil where
- * that text would depend on more than next() and the values: a metatable,
- * a key other than a string without zero bytes or an integer, a value
- * other than a string, number, boolean or table (or a table under "sim"),
- * numbers with a metatable, over 64 levels or 256 tables. */
 /* Whether numbers write alike: tostring(1.5) would call their metatable's
  * __tostring and __name. */
 static bool numbers_plain(lua_State *L) {
@@ -248,6 +249,13 @@ static bool write_top(lua_State *L, writer *w, int slot) {
   return write_table(w, 0);
 }
 
+/* vram.canonical(t) -> string | nil: t written out as stdlib/run.lua's
+ * canonical() writes it, without the closing brace ("{5:batch=number:2,"
+ * ...): keys sorted, strings counted, tables met again as "@n". nil where
+ * that text would depend on more than next() and the values: a metatable,
+ * a key other than a string without zero bytes or an integer, a value
+ * other than a string, number, boolean or table (or a table under "sim"),
+ * numbers with a metatable, over 64 levels or 256 tables. */
 static int l_canonical(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_settop(L, 1);
@@ -289,7 +297,7 @@ static int same(lua_State *L, int a, int b, bool sim, int depth) {
   while (r == 1 && lua_next(L, a)) { /* each of a's in b, alike */
     lua_pushvalue(L, -2);
     lua_rawget(L, b);
-    bool key_sim = lua_type(L, -3) == LUA_TSTRING && strcmp(lua_tostring(L, -3), "sim") == 0;
+    bool key_sim = is_sim(L, -3);
     r = same(L, lua_gettop(L) - 1, lua_gettop(L), key_sim, depth + 1);
     lua_pop(L, 2);
   }
@@ -357,7 +365,7 @@ static int l_run_key(lua_State *L) {
     lua_settop(L, k + 1); /* r[k] at k + 1 */
     lua_pushvalue(L, k);
     lua_rawget(L, 2); /* base[k] at k + 2 */
-    bool sim = lua_type(L, k) == LUA_TSTRING && strcmp(lua_tostring(L, k), "sim") == 0;
+    bool sim = is_sim(L, k);
     int r = same(L, k + 1, k + 2, sim, 0);
     if (r < 0) {
       lua_pushnil(L);
