@@ -87,18 +87,21 @@ static void put_counted(writer *w, const char *s, size_t len) {
   put(w, s, len);
 }
 
+/* Lua's `<` on two strings without zero bytes: bytewise, the C locale's
+ * strcoll, which Lua calls (vramlua never sets a locale). */
+static int bytes_order(const char *a, size_t la, const char *b, size_t lb) {
+  int c = memcmp(a, b, la < lb ? la : lb);
+  return c ? c : (la > lb) - (la < lb);
+}
+
 /* Lua's order of the keys (table.sort with `<` within one type, numbers
- * before strings across them: run.lua's mixed_less by type name). Strings
- * compare bytewise: the C locale's strcoll, which Lua's `<` calls (vramlua
- * never sets a locale); keys with a zero byte were refused. */
+ * before strings across them: run.lua's mixed_less by type name); keys
+ * with a zero byte were refused. */
 static int key_order(const void *pa, const void *pb) {
   const entry *a = (const entry *)pa, *b = (const entry *)pb;
   if (a->kstr != b->kstr) return a->kstr ? 1 : -1;
   if (!a->kstr) return a->ki < b->ki ? -1 : a->ki > b->ki;
-  size_t m = a->klen < b->klen ? a->klen : b->klen;
-  int c = memcmp(a->ks, b->ks, m);
-  if (c) return c;
-  return a->klen < b->klen ? -1 : a->klen > b->klen;
+  return bytes_order(a->ks, a->klen, b->ks, b->klen);
 }
 
 /* Whether the value at idx is the string "sim" (the key whose tables are
@@ -318,15 +321,15 @@ static int same(lua_State *L, int a, int b, bool sim, int depth) {
   return 1;
 }
 
-/* Orders the gone names (strings at the stack slots listed) as table.sort
- * does strings. */
-static lua_State *sort_state;
+/* A gone name, a string the stack holds, in table.sort's order. */
+typedef struct {
+  const char *s;
+  size_t len;
+} gone_name;
+
 static int name_order(const void *pa, const void *pb) {
-  size_t la = 0, lb = 0;
-  const char *a = lua_tolstring(sort_state, *(const int *)pa, &la);
-  const char *b = lua_tolstring(sort_state, *(const int *)pb, &lb);
-  int c = memcmp(a, b, la < lb ? la : lb);
-  return c ? c : (la > lb) - (la < lb);
+  const gone_name *a = (const gone_name *)pa, *b = (const gone_name *)pb;
+  return bytes_order(a->s, a->len, b->s, b->len);
 }
 
 /* vram.run_key(r, base [, skip [, only]]) -> string | nil: stdlib/run.lua's
@@ -411,10 +414,10 @@ static int l_run_key(lua_State *L) {
       ngone++;
     }
   }
-  int *slots = (int *)lua_newuserdatauv(L, (size_t)(ngone ? ngone : 1) * sizeof *slots, 0);
-  for (int i = 0; i < ngone; i++) slots[i] = first + i;
-  sort_state = L;
-  qsort(slots, (size_t)ngone, sizeof *slots, name_order);
+  gone_name *names =
+      (gone_name *)lua_newuserdatauv(L, (size_t)(ngone ? ngone : 1) * sizeof *names, 0);
+  for (int i = 0; i < ngone; i++) names[i].s = lua_tolstring(L, first + i, &names[i].len);
+  qsort(names, (size_t)ngone, sizeof *names, name_order);
   writer w;
   lua_pushvalue(L, 5);
   if (!write_top(L, &w, 6)) {
@@ -422,11 +425,9 @@ static int l_run_key(lua_State *L) {
     return 1;
   }
   put(&w, "}-", 2);
-  for (int i = 0; i < ngone; i++) {
-    size_t len = 0;
-    const char *name = lua_tolstring(L, slots[i], &len);
+  for (int i = 0; i < ngone; i++) { /* (the stack holds the strings) */
     if (i > 0) put(&w, ",", 1);
-    put(&w, name, len);
+    put(&w, names[i].s, names[i].len);
   }
   lua_pushlstring(L, w.p, w.n);
   return 1;

@@ -49,12 +49,13 @@ static char *slurp(const char *path, size_t *len) {
 }
 
 /* The dump without its local variables' names (the debug section's
- * locvars): a third of the strings a process interned when it loaded the
- * built-in Lua (issue 18), read by nothing but debug.getlocal and the
- * "(local 'x')" of a message about a bug in that Lua. Lines, the source
- * name and the upvalues' names stay: errors keep their file:line, and a
- * global stays "global 'x'" (Lua names _ENV by its upvalue's name). The
- * layout is Lua 5.4's (ldump.c); anything else fails the build. */
+ * locvars) and its upvalues' names but _ENV's: a third of the strings a
+ * process interned when it loaded the built-in Lua (issue 18), read by
+ * nothing but debug.getlocal/getupvalue and the "(local 'x')" or
+ * "(upvalue 'x')" of a message about a bug in that Lua. Lines, the source
+ * name and _ENV's name stay: errors keep their file:line, and a global
+ * stays "global 'x'" (Lua names _ENV by its upvalue's name). The layout
+ * is Lua 5.4's (ldump.c); anything else fails the build. */
 typedef struct {
   const unsigned char *p;
   size_t n, at;
@@ -145,8 +146,8 @@ static void function_of(rewrite *w, int depth) {
   for (size_t k = 0; k < n && !w->bad; k++) env_name_of(w);
 }
 
-/* in: a whole dump; out: the same without locvars. 0, or 1. */
-static int drop_locvars(const buffer *in, buffer *out) {
+/* in: a whole dump; out: the same without those names. 0, or 1. */
+static int drop_names(const buffer *in, buffer *out) {
   rewrite w = {in->p, in->n, 0, out, 0};
   take(&w, VB_NAME_AT, 1); /* header and the main function's upvalue count */
   function_of(&w, 0);
@@ -178,7 +179,7 @@ static int emit(lua_State *L, FILE *out, int i, const char *path, uint64_t *hash
   }
   lua_pop(L, 1);
   /* and Lua's own loader must take what is left */
-  if (drop_locvars(&b, &lean) != 0 ||
+  if (drop_names(&b, &lean) != 0 ||
       luaL_loadbufferx(L, (const char *)lean.p, lean.n, VB_PLACEHOLDER, "b") != LUA_OK) {
     fprintf(stderr, "precompile: %s: unexpected dump layout (not Lua 5.4's ldump.c?)\n", path);
     goto done;
