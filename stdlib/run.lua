@@ -5,6 +5,7 @@
 -- their readers, the defaults below to every run. A derived run (one rank's
 -- share, an RL reference pass, a VLM's longer sequence) is run.with(run,
 -- changes) or run.copy(run): a plain table, never an __index chain.
+local vram = require("vram")
 local frameworks = require("stdlib.frameworks")
 
 local R = {}
@@ -14,9 +15,8 @@ local R = {}
 -- iterates. A copy key by key grows by doublings, each rehashing what it
 -- holds: fit --knobs copies its run per lever combination, a composed
 -- layer's replay its tensors.
-local clone = require("vram").clone
 function R.shallow(t)
-  if getmetatable(t) == nil then return clone(t) end
+  if getmetatable(t) == nil then return vram.clone(t) end
   local c = {}
   for k, v in pairs(t) do c[k] = v end
   return c
@@ -180,114 +180,44 @@ local function mixed_less(a, b)
   if ta == "number" or ta == "string" then return a < b end
   return tostring(a) < tostring(b)
 end
--- The pieces that recur from run to run (field names, short strings,
--- integers), each written once: formatting lengths and integers was most of
--- a key's cost (fit --knobs writes a layout's 30 fields per combination).
--- A value's piece ends in its comma. Floats are written each time (0.0 and
--- -0.0 are one table key, two strings). A table of pieces holds at most
--- MEMO of them, then starts again: a long search cannot grow it unbounded.
-local MEMO, MEMO_LEN = 4096, 256
-local function pieces(make)
-  local n = 0
-  return setmetatable({}, { __index = function(t, x)
-    local s = make(x)
-    if n >= MEMO then
-      for k in pairs(t) do t[k] = nil end
-      n = 0
-    end
-    n = n + 1
-    rawset(t, x, s)
-    return s
-  end })
-end
-local KEY = pieces(function(k) return #k .. ":" .. k .. "=" end)
-local INDEX = pieces(function(k) return "[" .. k .. "]=" end) -- integer keys
-local STR = pieces(function(v) return #v .. ":" .. v .. "," end) -- strings by length and bytes
-local INT = pieces(function(v) return "number:" .. v .. "," end) -- integers only
--- The sorted keys of the tables written last, by their first key in pairs
--- order and their count: tables of one kind (a layout, an optimizer) come
--- again and again with the same keys, and checking that a table has a
--- list's keys costs less than sorting them. Kept only for keys all strings
--- or all numbers (their order is the set's alone) of tables without a
--- metatable (pairs and rawget see the same keys).
-local SORTED, sorted_n = {}, 0
+-- t's keys in the writer's order: strings alone or numbers alone by `<`,
+-- mixed ones by mixed_less.
 local function sorted_keys(t)
-  local plain, first, nk = getmetatable(t) == nil, nil, 0
-  if plain then
-    first = next(t)
-    if first == nil then return SORTED, 0 end -- no key: any list, none read
-    for _ in next, t do nk = nk + 1 end
-    local by = SORTED[first]
-    local keys = by and by[nk]
-    if keys then
-      for i = 1, nk do -- no metatable: t[k] is rawget(t, k)
-        if t[keys[i]] == nil then keys = nil break end
-      end
-      if keys then return keys, nk, keys.strings end
-    end
-  end
-  local keys = {}
-  local strings, numbers, n = true, true, 0
+  local keys, strings, numbers = {}, true, true
   for k in pairs(t) do
-    n = n + 1
-    keys[n] = k
-    local tk = type(k)
-    strings = strings and tk == "string"
-    numbers = numbers and tk == "number"
+    keys[#keys + 1] = k
+    strings = strings and type(k) == "string"
+    numbers = numbers and type(k) == "number"
   end
-  -- strings alone or numbers alone: the default order is mixed_less's
   table.sort(keys, not (strings or numbers) and mixed_less or nil)
-  if plain and (strings or numbers) then
-    if sorted_n >= MEMO then SORTED, sorted_n = {}, 0 end
-    if not SORTED[first] then SORTED[first] = {} end
-    SORTED[first][nk], sorted_n = keys, sorted_n + 1
-    keys.strings = strings or nil -- the list's own mark (not a key it lists)
-  end
-  return keys, n, strings
+  return keys
 end
 
--- Writes t from out[n + 1] on, but its closing brace (the caller's: "}" or
--- "},"); returns the last index written.
-local function canonical(t, out, n, seen)
-  local id = seen.n + 1
-  seen.n, seen[t] = id, id
-  local keys, nk, strings = sorted_keys(t)
-  n = n + 1
-  out[n] = "{"
-  for i = 1, nk do
-    local k = keys[i]
-    local v = t[k]
-    n = n + 1
-    if strings or type(k) == "string" then
-      out[n] = KEY[k]
-    elseif mtype(k) == "integer" then
-      out[n] = INDEX[k]
-    else
-      out[n] = "[" .. tostring(k) .. "]="
-    end
+-- Appends t to out, but its closing brace (the caller's: "}" or "},"). The
+-- reference writer: vram.canonical writes the same text in C (run.key uses
+-- it; tests/lua/test_run.lua compares the two), this one what that refuses.
+local function canonical(t, out, seen)
+  seen.n = seen.n + 1
+  seen[t] = seen.n
+  out[#out + 1] = "{"
+  for _, k in ipairs(sorted_keys(t)) do
+    local v, tk = t[k], type(k)
+    if tk == "string" then out[#out + 1] = #k .. ":" .. k .. "="
+    elseif mtype(k) == "integer" then out[#out + 1] = "[" .. k .. "]="
+    else out[#out + 1] = "[" .. tostring(k) .. "]=" end
     local tv = type(v)
     if tv == "table" and k ~= "sim" then
       if seen[v] then
-        n = n + 1
-        out[n] = "@" .. seen[v] .. ","
+        out[#out + 1] = "@" .. seen[v] .. ","
       else
-        n = canonical(v, out, n, seen) + 1
-        out[n] = "},"
+        canonical(v, out, seen)
+        out[#out + 1] = "},"
       end
-    else
-      n = n + 1
-      if tv == "string" then
-        out[n] = #v <= MEMO_LEN and STR[v] or (#v .. ":" .. v .. ",")
-      elseif mtype(v) == "integer" then
-        out[n] = INT[v]
-      elseif tv == "boolean" then
-        out[n] = v and "boolean:true," or "boolean:false,"
-      else
-        out[n] = tv .. ":" .. tostring(v) .. ","
-      end
-    end
+    elseif tv == "string" then out[#out + 1] = #v .. ":" .. v .. ","
+    elseif mtype(v) == "integer" then out[#out + 1] = "number:" .. v .. ","
+    elseif tv == "boolean" then out[#out + 1] = v and "boolean:true," or "boolean:false,"
+    else out[#out + 1] = tv .. ":" .. tostring(v) .. "," end
   end
-  return n
 end
 
 -- Whether a and b write out the same (canonical above), found without
@@ -319,50 +249,36 @@ end
 -- bases must not be compared by it. skip: field names left out (fields the
 -- caller knows its result does not read). only (optional): the fields that
 -- may differ (the rest are known to be base's; the string is the same).
-local scratch, writing = {}, false
-local canonical_c, key_c = require("vram").canonical, require("vram").run_key
--- (the Lua reference: vram.run_key answers where it can, run.key below)
+-- run.key_lua is the reference, in Lua; vram.run_key answers the same in
+-- C wherever no metamethod or tostring() could change the answer (nil
+-- elsewhere: run.key then asks the reference).
 function R.key_lua(r, base, skip, only)
   local diff = {}
   for k in pairs(only or r) do
     local v = r[k]
     if v ~= nil and not (skip and skip[k]) and not same(v, base[k], k) then diff[k] = v end
   end
-  -- the runtime writes it (vram.canonical), or where it cannot (a value
-  -- written through tostring), canonical() above: one buffer for every
-  -- key (table.concat reads 1..n); a key written while another is (a
-  -- __tostring that asks for one) gets its own
-  local key = canonical_c(diff)
-  if key then
-    key = key .. "}-"
-  else
-    local out = writing and {} or scratch
-    writing = true
-    local n = canonical(diff, out, 0, { n = 0 }) + 1
-    out[n] = "}-"
-    key = table.concat(out, "", 1, n)
-    writing = out ~= scratch and writing
-  end
-  local gone, ng = {}, 0
+  local out = {}
+  canonical(diff, out, { n = 0 })
+  out[#out + 1] = "}-"
+  local gone = {}
   for k in pairs(only or base) do
-    if r[k] == nil and base[k] ~= nil and not (skip and skip[k]) then
-      ng = ng + 1
-      gone[ng] = k
-    end
+    if r[k] == nil and base[k] ~= nil and not (skip and skip[k]) then gone[#gone + 1] = k end
   end
-  if ng > 1 then table.sort(gone) end
-  return ng == 0 and key or key .. table.concat(gone, ",")
+  table.sort(gone)
+  return table.concat(out) .. table.concat(gone, ",")
 end
-local key_lua = R.key_lua
+local key_lua, key_c = R.key_lua, vram.run_key
 function R.key(r, base, skip, only)
   return key_c(r, base, skip, only) or key_lua(r, base, skip, only)
 end
 
--- The Lua writer's text of t (vram.canonical's, where that one writes it;
--- tests/lua/test_run.lua compares them).
+-- The reference writer's text of t (vram.canonical's, where that one
+-- writes it).
 function R.canonical_text(t)
   local out = {}
-  return table.concat(out, "", 1, canonical(t, out, 0, { n = 0 }))
+  canonical(t, out, { n = 0 })
+  return table.concat(out)
 end
 
 return R
