@@ -82,7 +82,9 @@ typedef struct {
 /* A device program's evaluation order: its ops, with each run of
  * consecutive changes that ends at a moment to check folded into one, its
  * constant bytes and blocks summed (a, b) and its sizes listed (items
- * [first, first + n): a size's index x 2, + 1 for a free). Every other
+ * [first, first + 2n): n pairs of a size's index x 2, + 1 for a free, and
+ * how many times it changes so: a layer's gradients are a few sizes many
+ * times over). Every other
  * moment of a run is no higher than a checked one, for every size
  * (trace_device.c dominated, dominated_before), so a run's end is the only
  * moment of it that can be a peak. Any other op is op index a of the
@@ -115,7 +117,7 @@ typedef struct vr_trace {
   /* device programs: the most items of one run, and the largest magnitude
    * of a run's constants (INT64_MAX standing for INT64_MIN): when a point's
    * sizes are small enough, no partial sum of a run can overflow */
-  int32_t run_items_max;
+  int64_t run_items_max;
   int64_t run_const_max;
   vr_mem mem;                     /* where ops (and the trace itself, if new) live */
   /* programs: */

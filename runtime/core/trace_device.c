@@ -224,10 +224,13 @@ static bool group(vr_trace *prog, size_t lo, size_t hi, tally *t) {
   }
   for (size_t i = 0; i < t->nt && ok; i++) {
     int32_t z = t->touched[i], c = t->cnt[z];
-    for (int32_t r = 0; r < (c < 0 ? -c : c) && ok; r++) {
-      ok = vr_mem_grow(&prog->mem, (void **)&prog->items, &prog->items_cap, prog->nitems + 1,
-                       sizeof *prog->items, 256);
-      if (ok) prog->items[prog->nitems++] = z * 2 + (c < 0), d.n++;
+    if (c == 0) continue;
+    ok = vr_mem_grow(&prog->mem, (void **)&prog->items, &prog->items_cap, prog->nitems + 2,
+                     sizeof *prog->items, 256);
+    if (ok) {
+      prog->items[prog->nitems++] = z * 2 + (c < 0);
+      prog->items[prog->nitems++] = c < 0 ? -c : c;
+      d.n++;
     }
   }
   clear(t);
@@ -297,7 +300,9 @@ static void run_bounds(vr_trace *prog) {
   for (size_t i = 0; i < prog->ndops; i++) {
     const vr_dop *d = &prog->dops[i];
     if (!d->run) continue;
-    if (d->n > prog->run_items_max) prog->run_items_max = d->n;
+    int64_t items = 0; /* the run's sizes, each as often as it changes */
+    for (int32_t k = 0; k < d->n; k++) items += prog->items[d->first + 2 * k + 1];
+    if (items > prog->run_items_max) prog->run_items_max = items;
     int64_t c = magnitude(d->a) > magnitude(d->b) ? magnitude(d->a) : magnitude(d->b);
     if (c > prog->run_const_max) prog->run_const_max = c;
   }
@@ -462,19 +467,20 @@ bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *
       rx = d->b;
       const int32_t *it = prog->items + d->first;
       if (unchecked) {
-        for (int32_t k = 0; k < d->n; k++) {
-          const int64_t *z = sv[it[k]];
-          x += z[0];
-          rx += z[1];
+        for (int32_t k = 0; k < d->n; k++, it += 2) {
+          const int64_t *z = sv[it[0]];
+          x += it[1] * z[0];
+          rx += it[1] * z[1];
         }
         if (!dadd(&s, x, rx)) return false;
         continue;
       }
       unsigned over = 0; /* any addition out of range, one branch per run */
-      for (int32_t k = 0; k < d->n; k++) {
-        over |= (unsigned)!vr_add(x, sv[it[k]][0], &x);
-        over |= (unsigned)!vr_add(rx, sv[it[k]][1], &rx);
-      }
+      for (int32_t k = 0; k < d->n; k++, it += 2)
+        for (int32_t r = 0; r < it[1]; r++) { /* one at a time: the same partial sums */
+          over |= (unsigned)!vr_add(x, sv[it[0]][0], &x);
+          over |= (unsigned)!vr_add(rx, sv[it[0]][1], &rx);
+        }
       if (over || !dadd(&s, x, rx)) return false;
       continue;
     }
