@@ -119,6 +119,7 @@ typedef struct vr_trace {
    * sizes are small enough, no partial sum of a run can overflow */
   int64_t run_items_max;
   int64_t run_const_max;
+  int32_t nslots;                 /* device programs: the composed layers' slots in use */
   vr_mem mem;                     /* where ops (and the trace itself, if new) live */
   /* programs: */
   vr_grid grid;                   /* the sizes, their degrees and fixed values */

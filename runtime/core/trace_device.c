@@ -297,6 +297,14 @@ static int64_t magnitude(int64_t x) { return x == INT64_MIN ? INT64_MAX : (x < 0
 static void run_bounds(vr_trace *prog) {
   prog->run_items_max = 0;
   prog->run_const_max = 0;
+  prog->nslots = 1; /* a slot out of range reads slot 0 */
+  for (size_t j = 0; j < prog->n; j++) {
+    const vr_op *op = &prog->ops[j];
+    bool slotted = op->kind == VR_OP_BULK_FWD || op->kind == VR_OP_MEASURE ||
+                   op->kind == VR_OP_BULK_BWD;
+    if (slotted && op->slot >= prog->nslots && op->slot < VR_TRACE_SLOTS)
+      prog->nslots = op->slot + 1;
+  }
   for (size_t i = 0; i < prog->ndops; i++) {
     const vr_dop *d = &prog->dops[i];
     if (!d->run) continue;
@@ -322,18 +330,24 @@ static inline bool reserve_rounded(const vr_trace *prog, int64_t x, int64_t *out
 }
 
 /* Each distinct size's bytes (rounded to the block) and block at
- * monomials m; false on overflow. */
-static bool dsizes(const vr_trace *prog, const int64_t *m, int64_t *val, int64_t *blk) {
+ * monomials m, signed as the items name them: sv[2k] = {bytes, block} of
+ * size k, sv[2k + 1] the same negated (never INT64_MIN, so negated
+ * exactly); *most: the largest magnitude among them. False on overflow. */
+static bool dsizes(const vr_trace *prog, const int64_t *m, int64_t (*sv)[2], int64_t *most) {
+  *most = 0;
   for (size_t k = 0; k < prog->nsizes; k++) {
     const vr_size *z = &prog->sizes[k];
     const vr_term *t = prog->terms + z->first;
-    int64_t x = 0, y = 0;
+    int64_t x = 0, y = 0, b = 0;
     for (int i = 0; i < z->n; i++)
       if (!vr_mul(t[i].coef, m[t[i].mono], &y) || !vr_add(x, y, &x)) return false;
     if ((!z->exact && !vr_round_up(x, prog->round, &x)) || x == INT64_MIN ||
-        !reserve_rounded(prog, x, &blk[k]) || blk[k] == INT64_MIN) /* negated by a free */
+        !reserve_rounded(prog, x, &b) || b == INT64_MIN) /* negated by a free */
       return false;
-    val[k] = x;
+    sv[2 * k][0] = x, sv[2 * k + 1][0] = -x;
+    sv[2 * k][1] = b, sv[2 * k + 1][1] = -b;
+    if (magnitude(x) > *most) *most = magnitude(x);
+    if (magnitude(b) > *most) *most = magnitude(b);
   }
   return true;
 }
@@ -363,12 +377,13 @@ static bool dsub(dstate *s, int64_t x, int64_t rx) {
 
 /* The gradients of the composed layer whose BULK_BWD is op j: their bytes
  * and their blocks. */
-static bool dgrads(const vr_trace *prog, size_t j, const int64_t *val, const int64_t *blk,
-                   int64_t *g, int64_t *rg) {
+static bool dgrads(const vr_trace *prog, size_t j, const int64_t (*sv)[2], int64_t *g,
+                   int64_t *rg) {
   *g = *rg = 0;
   for (size_t k = j + 1; k < prog->n && prog->ops[k].kind == VR_OP_GRAD; k++) {
     const vr_op *op = &prog->ops[k];
-    int64_t x = op->extra_rounded * val[op->extra], b = op->extra_rounded * blk[op->extra];
+    int64_t x = op->extra_rounded * sv[2 * op->extra][0],
+            b = op->extra_rounded * sv[2 * op->extra][1];
     if (!vr_add(*g, x, g) || !vr_add(*rg, b, rg)) return false;
   }
   return true;
@@ -402,11 +417,10 @@ static bool bulk_small(int64_t n, const int64_t *v, int nv) {
 
 /* The composed layers' backward, as tape.c run_bulk_body does it: per
  * layer, its excursion, its share of the bulk released, its gradients. */
-static bool dbulk_bwd(dstate *s, const vr_trace *prog, size_t j, const int64_t *val,
-                      const int64_t *blk, int64_t start, int64_t rstart, int64_t *left,
-                      int64_t *rleft) {
+static bool dbulk_bwd(dstate *s, const vr_trace *prog, size_t j, const int64_t (*sv)[2],
+                      int64_t start, int64_t rstart, int64_t *left, int64_t *rleft) {
   int64_t g = 0, rg = 0, exc = 0, rexc = 0, net = 0, rnet = 0, rel = 0, rrel = 0;
-  if (!dgrads(prog, j, val, blk, &g, &rg) || !vr_sub(s->watch, start, &exc) ||
+  if (!dgrads(prog, j, sv, &g, &rg) || !vr_sub(s->watch, start, &exc) ||
       !vr_sub(s->rwatch, rstart, &rexc) || !vr_sub(s->live, start, &net) ||
       !vr_sub(s->res, rstart, &rnet) || !vr_sub(g, net, &rel) || !vr_sub(rg, rnet, &rrel))
     return false;
@@ -435,25 +449,20 @@ static bool dbulk_bwd(dstate *s, const vr_trace *prog, size_t j, const int64_t *
 bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *inputs,
                      vr_trace_device_result *out) {
   int64_t marks[2] = {0}, rmarks[2] = {0}, m[VR_MAXMONO];
-  int64_t start[VR_TRACE_SLOTS] = {0}, rstart[VR_TRACE_SLOTS] = {0};
-  int64_t left[VR_TRACE_SLOTS] = {0}, rleft[VR_TRACE_SLOTS] = {0};
+  /* a composed layer's moments by slot: only the program's slots cleared */
+  int64_t start[VR_TRACE_SLOTS], rstart[VR_TRACE_SLOTS];
+  int64_t left[VR_TRACE_SLOTS], rleft[VR_TRACE_SLOTS];
   memset(out, 0, sizeof *out);
-  int64_t val[VR_MAXSIZES], blk[VR_MAXSIZES]; /* each distinct size's bytes and block */
-  /* and signed, as the items name them (size z * 2, + 1 for a free), bytes
-   * then block: never INT64_MIN (dsizes), so negated exactly */
-  int64_t sv[2 * VR_MAXSIZES][2];
+  int64_t sv[2 * VR_MAXSIZES][2]; /* each distinct size's bytes and block, signed (dsizes) */
+  int64_t most = 0;               /* the largest magnitude among them */
   dstate s = {0, 0, 0, 0, 0, 0};
   if (!prog->device) return false;
+  size_t nslots = (size_t)prog->nslots * sizeof start[0]; /* (vr_device_build's run_bounds) */
+  memset(start, 0, nslots), memset(rstart, 0, nslots);
+  memset(left, 0, nslots), memset(rleft, 0, nslots);
   for (int v = 0; v < prog->grid.nvars; v++)
     if (sizes[v] < 1) return false; /* every monomial >= 1: outweighed's bound */
-  if (!vr_trace_monomials(prog, sizes, m) || !dsizes(prog, m, val, blk)) return false;
-  int64_t most = 0; /* the largest magnitude of a size's bytes or block */
-  for (size_t k = 0; k < prog->nsizes; k++) {
-    sv[2 * k][0] = val[k], sv[2 * k + 1][0] = -val[k];
-    sv[2 * k][1] = blk[k], sv[2 * k + 1][1] = -blk[k];
-    if (magnitude(val[k]) > most) most = magnitude(val[k]);
-    if (magnitude(blk[k]) > most) most = magnitude(blk[k]);
-  }
+  if (!vr_trace_monomials(prog, sizes, m) || !dsizes(prog, m, sv, &most)) return false;
   /* a run's partial sums stay within its constant's magnitude plus its items
    * times the largest size's: below INT64_MAX, no addition of a run can
    * overflow, and none is checked */
@@ -492,7 +501,8 @@ bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *
         if (!dadd(&s, vr_trace_row(prog, j)[0], op->extra)) return false;
         break;
       case VR_OP_DELTA: /* (a size's sign, +1 or -1, cannot overflow) */
-        if (!dadd(&s, op->extra_rounded * val[op->extra], op->extra_rounded * blk[op->extra]))
+        if (!dadd(&s, op->extra_rounded * sv[2 * op->extra][0],
+                  op->extra_rounded * sv[2 * op->extra][1]))
           return false;
         break;
       case VR_OP_INPUT: /* the tape's own bytes: not rounded, reserved as a block */
@@ -525,8 +535,7 @@ bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *
         break;
       case VR_OP_BULK_BWD:
         slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
-        if (!dbulk_bwd(&s, prog, j, val, blk, start[slot], rstart[slot], &left[slot],
-                       &rleft[slot]))
+        if (!dbulk_bwd(&s, prog, j, sv, start[slot], rstart[slot], &left[slot], &rleft[slot]))
           return false;
         break;
       default:
