@@ -216,6 +216,7 @@ static int describe(lua_State *L) {
 
 static int report(lua_State *L, int status, const vh_limits *lim) {
   if (status == LUA_OK) return 0;
+  fflush(stdout); /* what the script printed comes before why it stopped */
   if (status == LUA_ERRMEM) {
     if (lim->max_memory > 0)
       fprintf(stderr, "%s: script exceeded %lld MiB of memory (raise with --max-memory)\n",
@@ -319,6 +320,7 @@ static int run_script(const char *path, int argc, char **argv, int script_at,
   vh_sandbox_release(L);
   close_state(L);
   if (show_stats) {
+    fflush(stdout);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     size_t precompiled = 0, text = 0;

@@ -114,6 +114,17 @@ t "depth limit without an instruction count" 1 "calls nested more than 100000 de
   '"$V" --max-seconds 5 run ../proj/deep_busy.lua'
 t "a busy loop ends at the CPU budget"     1 "CPU time budget of 1 s" \
   'echo "while true do end" >../proj/busy.lua; "$V" --max-seconds 1 run ../proj/busy.lua'
+# print keeps its lines in stdio's buffer (no flush per line, sandbox.c
+# l_print): they still come before the error that follows them, and before
+# the CPU or instruction budget's message when a loop runs away after them
+printf 'print("first", 1, nil)\nprint("second")\nerror("third")\n' >"$D/proj/order.lua"
+t "printed lines come before the error"     1 "$(printf 'first\t1\tnil\nsecond\nvramlua: ')" \
+  '"$V" run ../proj/order.lua'
+printf 'for i = 1, 3 do print("line " .. i) end\nwhile true do end\n' >"$D/proj/busy_after.lua"
+t "printed lines survive the CPU budget"    1 "$(printf 'line 3\nvramlua: script exceeded its CPU')" \
+  '"$V" --max-seconds 1 run ../proj/busy_after.lua'
+t "printed lines survive the instruction budget" 1 "$(printf 'line 3\nvramlua: script exceeded 1000000')" \
+  '"$V" --max-instructions 1000000 run ../proj/busy_after.lua'
 t "--stats counts instructions"            0 "!stats: 0 instructions" \
   'echo "local x = 0 for i = 1, 100000 do x = x + i end" >../proj/count.lua; "$V" --stats run ../proj/count.lua'
 
