@@ -2,7 +2,13 @@
  * (runtime/host/precompile.c), so a process does not parse it again. A chunk
  * is used only for a file whose bytes are exactly the source it was compiled
  * from (length and hash); any other file, a user's script included, is
- * loaded as text. No lua.h: the build tool shares this header. */
+ * loaded as text. The file at the very path the build read, whose size and
+ * modification time are still those the build saw, is that source without
+ * being read again (CPython trusts its .pyc files the same way): a process
+ * then skips an open, a read and the hash of each module. The build leaves
+ * the stamp out for a file modified in the two seconds before it ran (the
+ * kernel's file clock ticks coarsely: a change in the same tick would keep
+ * the time). No lua.h: the build tool shares this header. */
 #ifndef VRAM_BUILTIN_H
 #define VRAM_BUILTIN_H
 
@@ -15,6 +21,9 @@ typedef struct {
   size_t source_len;          /* its length in bytes */
   const unsigned char *code;  /* lua_dump output, chunk name VB_PLACEHOLDER */
   size_t code_len;
+  const char *path;           /* the file the build read, as the build named it */
+  size_t path_len;
+  int64_t mtime_sec, mtime_nsec; /* its modification time then; mtime_sec < 0: no stamp */
 } vb_builtin_chunk;
 
 /* The chunk name compiled in; the loader puts "@path" in its place. In a
@@ -65,7 +74,8 @@ extern const size_t vb_builtin_count;
 /* Installs the table vb_load_lua_file consults (main.c, once, before any
  * state exists). Without it every file is loaded as text. */
 void vb_use_builtin_chunks(const vb_builtin_chunk *chunks, size_t n);
-/* How many Lua files this process loaded precompiled and as text. */
-void vb_lua_file_counts(size_t *precompiled, size_t *text);
+/* How many Lua files this process loaded precompiled (of them, by their
+ * stamp alone) and as text. */
+void vb_lua_file_counts(size_t *precompiled, size_t *stamped, size_t *text);
 
 #endif

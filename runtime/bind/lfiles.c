@@ -295,10 +295,11 @@ static const char *read_chunk(lua_State *L, void *ud, size_t *size) {
 
 static const vb_builtin_chunk *builtins;
 static size_t nbuiltins;
-static size_t nprecompiled, ntext; /* files loaded each way, for --stats */
+static size_t nprecompiled, nstamped, ntext; /* files loaded each way, for --stats */
 
-void vb_lua_file_counts(size_t *precompiled, size_t *text) {
+void vb_lua_file_counts(size_t *precompiled, size_t *stamped, size_t *text) {
   *precompiled = nprecompiled;
+  *stamped = nstamped;
   *text = ntext;
 }
 
@@ -388,6 +389,24 @@ static int load_source(lua_State *L, const char *s, size_t n) {
   return lua_load(L, read_chunk, &r, lua_tostring(L, -1), "t");
 }
 
+/* The chunk compiled from the file at path when that file is unchanged
+ * since the build by its stamp (builtin.h): the same path, a regular file
+ * of the same size and modification time. NULL otherwise. */
+static const vb_builtin_chunk *stamped_builtin(const char *path) {
+  size_t len = strlen(path);
+  for (size_t i = 0; i < nbuiltins; i++) {
+    const vb_builtin_chunk *c = &builtins[i];
+    if (c->mtime_sec < 0 || c->path_len != len || memcmp(c->path, path, len) != 0) continue;
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 0 ||
+        (size_t)st.st_size != c->source_len || (int64_t)st.st_mtim.tv_sec != c->mtime_sec ||
+        (int64_t)st.st_mtim.tv_nsec != c->mtime_nsec)
+      return NULL;
+    return c;
+  }
+  return NULL;
+}
+
 /* A regular file's bytes in one block of the state's allocator (the memory
  * budget counts it; *cap is its size), read with one read() of the size
  * fstat gives. Reading each module through a growing Lua buffer cost ~10
@@ -419,6 +438,14 @@ static char *slurp(lua_State *L, const char *path, size_t *n, size_t *cap) {
 
 void vb_load_lua_file(lua_State *L, const char *path) {
   lua_pushfstring(L, "@%s", path);
+  const vb_builtin_chunk *c = stamped_builtin(path);
+  if (c) {
+    int loaded = load_builtin(L, c, lua_tostring(L, -1));
+    lua_remove(L, -2); /* the chunk name */
+    if (loaded != LUA_OK) lua_error(L);
+    nprecompiled++, nstamped++;
+    return;
+  }
   size_t n = 0, cap = 0;
   char *s = slurp(L, path, &n, &cap);
   int st;

@@ -323,16 +323,16 @@ static int run_script(const char *path, int argc, char **argv, int script_at,
     fflush(stdout);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    size_t precompiled = 0, text = 0;
-    vb_lua_file_counts(&precompiled, &text);
+    size_t precompiled = 0, stamped = 0, text = 0;
+    vb_lua_file_counts(&precompiled, &stamped, &text);
     double cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
                  (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
     fprintf(stderr,
             "%s: stats: %lld instructions (counted every 10000), peak memory %lld bytes "
-            "(Lua and C), %.2f CPU seconds, max RSS %ld KiB, Lua files: %zu precompiled, "
-            "%zu as text\n",
+            "(Lua and C), %.2f CPU seconds, max RSS %ld KiB, Lua files: %zu precompiled "
+            "(%zu by their stamp, not read), %zu as text\n",
             progname, (long long)lim->instructions, (long long)lim->peak_memory, cpu,
-            ru.ru_maxrss, precompiled, text);
+            ru.ru_maxrss, precompiled, stamped, text);
   }
   return code;
 }

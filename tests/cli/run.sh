@@ -119,12 +119,22 @@ t "sandbox: no bytecode"                 0 "binary:	nil"            '"$V" run by
 t "sandbox: text chunks load"            0 "2"                      '"$V" run loadtext.lua'
 # The built-in Lua is loaded precompiled (runtime/bind/builtin.h); its
 # errors and tracebacks name the same files and lines as the text would.
-t "built-in Lua loads precompiled"       0 "precompiled, 0 as text" \
+t "built-in Lua loads precompiled"       0 ", 0 as text" \
   '"$V" --stats estimate "$(dirname "$V")/../examples/specs/qwen2_5_1_5b_full.yaml" --json 2>&1 >/dev/null'
 t "built-in Lua: some files precompiled" 0 "!Lua files: 0 precompiled" \
   '"$V" --stats estimate "$(dirname "$V")/../examples/specs/qwen2_5_1_5b_full.yaml" --json 2>&1 >/dev/null'
-t "VRAMLUA_SOURCE_ONLY=1 parses as text" 0 "Lua files: 0 precompiled" \
+t "VRAMLUA_SOURCE_ONLY=1 parses as text" 0 "Lua files: 0 precompiled (0 by their stamp" \
   'VRAMLUA_SOURCE_ONLY=1 "$V" --stats run loadtext.lua'
+# a built-in file's stamp (size and modification time, builtin.h) stands
+# for its bytes only at the path the build read: a copy elsewhere of the
+# same size and time, one byte changed, is read, hashed and parsed as text
+t "a stamp holds at the build's path only" 0 ", 2 as text" \
+  'R="$(dirname "$V")/.."; mkdir -p over/stdlib && cp -p "$R/stdlib/args.lua" over/stdlib/ &&
+   sed -i "1s/arguments/argumentz/" over/stdlib/args.lua &&
+   touch -r "$R/stdlib/args.lua" over/stdlib/args.lua && ! cmp -s over/stdlib/args.lua "$R/stdlib/args.lua" &&
+   [ "$(stat -c %s.%Y over/stdlib/args.lua)" = "$(stat -c %s.%Y "$R/stdlib/args.lua")" ] &&
+   echo "require(\"stdlib.args\")" >uses_args.lua &&
+   VRAMLUA_PATH="$D/over" "$V" --stats run uses_args.lua 2>&1'
 # Lua seeds its string hashes per process: nothing that reaches the output
 # may follow pairs() order (composed layers' gradients did, issue 18)
 t "the timeline page is the same every run" 0 "same page" \
