@@ -40,7 +40,7 @@ void *vb_json_null(void);                       /* the null sentinel */
  * text>", "is a directory", "not a regular file (a FIFO, device or
  * socket)"). Every file a script's data or code comes from is opened here
  * (lfiles.c). */
-int vb_open_regular(const char *path, const char **why);
+int vb_open_regular(const char *path, const char **why, int64_t *size);
 void vb_read_file(lua_State *L, const char *path); /* pushes the contents */
 /* Loads a Lua text chunk from a regular file (a leading #! line skipped,
  * as luaL_loadfilex does); pushes the function, or raises. */

@@ -269,9 +269,11 @@ static int open_regular(const char *path, const char **why, struct stat *st, int
   return -1;
 }
 
-int vb_open_regular(const char *path, const char **why) {
+int vb_open_regular(const char *path, const char **why, int64_t *size) {
   struct stat st;
-  return open_regular(path, why, &st, 1);
+  int fd = open_regular(path, why, &st, 1);
+  if (fd >= 0 && size) *size = (int64_t)st.st_size;
+  return fd;
 }
 
 typedef struct {

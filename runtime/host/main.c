@@ -128,7 +128,7 @@ static void print_commands(FILE *out) {
   for (int k = 0; k < n; k++) {
     char path[VH_PATH_MAX + 64], syn[256], sum[256];
     const char *why = NULL;
-    int fd = command_path(names[k], path, sizeof path) ? vb_open_regular(path, &why) : -1;
+    int fd = command_path(names[k], path, sizeof path) ? vb_open_regular(path, &why, NULL) : -1;
     FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
     if (f) {
       header_line(f, "-- vramlua ", syn, sizeof syn);

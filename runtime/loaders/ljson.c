@@ -104,8 +104,9 @@ static int raw_error(lua_State *L, const char *fmt, ...) {
 
 /* Opens path (a regular file only: vb_open_regular, since a FIFO or device
  * would block or never end) into a to-be-closed box pushed at *slot, so the
- * FILE is closed on every path, errors included. Raises "PATH: <why>". */
-static FILE *open_boxed(lua_State *L, const char *path, int *slot) {
+ * FILE is closed on every path, errors included; *size: its size when
+ * opened. Raises "PATH: <why>". */
+static FILE *open_boxed(lua_State *L, const char *path, int *slot, int64_t *size) {
   luaL_checkstack(L, 4, "reading a file");
   *slot = lua_gettop(L) + 1;
   file_box *b = (file_box *)lua_newuserdatauv(L, sizeof *b, 0);
@@ -120,7 +121,7 @@ static FILE *open_boxed(lua_State *L, const char *path, int *slot) {
   lua_toclose(L, *slot);
 
   const char *why = NULL;
-  int fd = vb_open_regular(path, &why);
+  int fd = vb_open_regular(path, &why, size);
   if (fd < 0) raw_error(L, "%s: %s", path, why);
   b->f = fdopen(fd, "rb");
   if (!b->f) {
@@ -134,9 +135,13 @@ static FILE *open_boxed(lua_State *L, const char *path, int *slot) {
 /* Reads f into a Lua buffer and pushes the string: to its end, raising
  * "PATH: larger than WHAT" past `limit` bytes (what == NULL: exactly `limit`
  * bytes or fewer at the end of the file). Raises on read errors. The bytes
- * go into a Lua buffer, so they count against the memory budget. */
+ * go into a Lua buffer, so they count against the memory budget. hint: the
+ * file's size when opened (< 0: unknown), asked for first with a byte more:
+ * a short read is the end (fread), so a file that did not grow is read
+ * into a buffer of its size, not a 64 KiB one (a spec is a few hundred
+ * bytes). */
 static size_t read_into(lua_State *L, FILE *f, size_t limit, const char *path,
-                        const char *what) {
+                        const char *what, int64_t hint) {
   luaL_Buffer buf;
   luaL_buffinit(L, &buf);
   size_t len = 0;
@@ -144,13 +149,14 @@ static size_t read_into(lua_State *L, FILE *f, size_t limit, const char *path,
     if (!what && len == limit) break;
     size_t left = limit - len + (what ? 1 : 0);
     size_t want = left < 65536 ? left : 65536;
+    if (len == 0 && hint >= 0 && (uint64_t)hint < want) want = (size_t)hint + 1;
     char *p = luaL_prepbuffsize(&buf, want);
     errno = 0;
     size_t got = fread(p, 1, want, f);
     luaL_addsize(&buf, got);
     len += got;
     if (len > limit) raw_error(L, "%s: larger than %s", path, what);
-    if (got == 0) {
+    if (got < want) {
       if (ferror(f)) {
         int e = errno;
         raw_error(L, "%s: read error: %s", path, strerror(e ? e : EIO));
@@ -167,8 +173,9 @@ static size_t read_into(lua_State *L, FILE *f, size_t limit, const char *path,
  * than 64 MiB", "PATH: read error: <why>". */
 void vb_read_file(lua_State *L, const char *path) {
   int slot = 0;
-  FILE *f = open_boxed(L, path, &slot);
-  read_into(L, f, FILE_MAX_BYTES, path, "64 MiB");
+  int64_t size = -1;
+  FILE *f = open_boxed(L, path, &slot, &size);
+  read_into(L, f, FILE_MAX_BYTES, path, "64 MiB", size);
   lua_closeslot(L, slot); /* closes now; the slot holds nil */
   lua_remove(L, slot);
 }
@@ -647,7 +654,7 @@ static int l_st_header(lua_State *L) {
   vb_check_read(L, path);
   lua_settop(L, 1);
   int slot = 0;
-  FILE *f = open_boxed(L, path, &slot);
+  FILE *f = open_boxed(L, path, &slot, NULL);
   unsigned char len8[8];
   if (fread(len8, 1, 8, f) != 8)
     return raw_error(L, "%s: not a safetensors file (shorter than the 8-byte header length)",
@@ -662,7 +669,7 @@ static int l_st_header(lua_State *L) {
                      "2 to 100000000 bytes)",
                      path, num);
   }
-  size_t got = read_into(L, f, (size_t)n, path, NULL);
+  size_t got = read_into(L, f, (size_t)n, path, NULL, -1);
   if (got != (size_t)n) {
     snprintf(num, sizeof num, "%zu of %llu", got, (unsigned long long)n);
     return raw_error(L, "%s: not a safetensors file (the header is cut short: %s bytes)", path,
