@@ -4,6 +4,7 @@
 --
 --   local est, why = require("stdlib.compiled_parallel").compile(run)
 --   est:device_total(batch, seq) -> bytes, or nil (then simulate)
+--   est:device_line(batch, seqs) -> {bytes or nil, ...} (nil: ask device_total)
 --
 -- A rank's device total is the caching allocator's reserved peak plus what
 -- the framework keeps outside it, so each pipeline role's step is traced at
@@ -153,6 +154,51 @@ function Est:device_total(batch, seq)
     if not top or total > top then top = total end
   end
   return top
+end
+
+-- Est:device_total at batch and each seq of the list seqs (a sweep's
+-- row): each program evaluated along the row in one call
+-- (prog:device_line) rather than once a point. A list with nil where
+-- device_total must answer itself: a line's programs (batch or seq 1), an
+-- expert loop's, a seq the unit does not divide, sizes that overflow or a
+-- measured input below zero (device_total raises there as it would have).
+function Est:device_line(batch, seqs)
+  local out, u, set = {}, self.unit, self.sets.grid
+  if self.loop or batch == 1 or not set then return out end
+  local useqs, at = {}, {}
+  for i, seq in ipairs(seqs) do
+    if seq % u == 0 and seq // u ~= 1 then
+      useqs[#useqs + 1] = seq // u
+      at[#at + 1] = i
+    end
+  end
+  local top = {} -- k -> the largest total so far, false once a point fails
+  for i = 1, #set do
+    local e, reserved = set[i], nil
+    if e.measure then
+      local _, live = e.measure:device_line(batch, useqs)
+      local inputs = {}
+      for k = 1, #useqs do
+        local x = live[k] and live[k] - e.sent
+        if not x or x < 0 then top[k], x = false, 0 end
+        inputs[k] = x
+      end
+      reserved = e.step:device_line(batch, useqs, inputs)
+    else
+      reserved = e.step:device_line(batch, useqs)
+    end
+    for k = 1, #useqs do
+      local r, t = reserved[k], top[k]
+      if not r then
+        top[k] = false
+      elseif t ~= false then
+        local total = frameworks.need(self.fw, r) + self.nccl
+        if not t or total > t then top[k] = total end
+      end
+    end
+  end
+  for k, i in ipairs(at) do out[i] = top[k] or nil end
+  return out
 end
 
 -- The run's programs, or nil and why not.

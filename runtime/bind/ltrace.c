@@ -1,6 +1,7 @@
 /* Compiled estimates for Lua: traces taken from tapes, fitted into a
  * program, evaluated for any sizes (batch, seq, and what stdlib/compiled.lua
  * makes symbolic). */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -222,6 +223,83 @@ static int l_device(lua_State *L) {
   return 3;
 }
 
+/* The integers of the array at idx, each >= lo (n of them: its length),
+ * into a block of the state's allocator kept alive by a userdata pushed on
+ * the stack. */
+static int64_t *int_array(lua_State *L, int idx, lua_Integer n, int64_t lo, const char *what) {
+  int64_t *v = (int64_t *)lua_newuserdatauv(L, (size_t)n * sizeof *v + 1, 0);
+  for (lua_Integer i = 1; i <= n; i++) {
+    lua_rawgeti(L, idx, i);
+    int ok = 0;
+    lua_Integer x = lua_tointegerx(L, -1, &ok);
+    lua_pop(L, 1);
+    if (!ok || x < lo)
+      luaL_argerror(L, idx, lua_pushfstring(L, "%s[%I] must be an integer >= %I", what, i,
+                                            (lua_Integer)lo));
+    v[i - 1] = (int64_t)x;
+  }
+  return v;
+}
+
+/* prog:device_line(batch, seqs [, inputs]) -> reserved, live: prog:device
+ * at batch and each seq of the array seqs (the program's one input, if it
+ * has one, inputs[i] at seqs[i]), one call for a sweep's row; reserved[i]
+ * and live[i] its reserved peak and live bytes at the end, false where the
+ * sizes overflow (prog:device there says so). A program of two sizes and
+ * at most one input. */
+#define LINE_MAX ((lua_Integer)1 << 24)
+static int l_device_line(lua_State *L) {
+  const vr_trace *prog = checkbox(L, 1, PROGRAM, 1);
+  const vr_grid *g = &prog->grid;
+  if (!prog->device) return luaL_error(L, "this program counts allocated bytes only: use peak or eval");
+  if (g->nvars != 2 || prog->ninputs > 1)
+    return luaL_error(L, "device_line takes a program of batch and seq with at most one input "
+                         "(this one: %d sizes, %d inputs)", (int)g->nvars, (int)prog->ninputs);
+  int64_t sizes[VR_MAXVARS] = {0}, inputs[VR_MAXINPUTS] = {0};
+  sizes[0] = vb_checkint(L, 2, 1, "batch");
+  if (g->degree[0] == 0 && sizes[0] != g->base[0])
+    luaL_argerror(L, 2, lua_pushfstring(L, "this program answers only %I here (the op "
+                                           "structure differs elsewhere)", (lua_Integer)g->base[0]));
+  luaL_checktype(L, 3, LUA_TTABLE);
+  if (prog->ninputs == 1) luaL_checktype(L, 4, LUA_TTABLE);
+  else luaL_argcheck(L, lua_isnoneornil(L, 4), 4, "this program takes no input");
+  lua_settop(L, 4); /* the arrays' blocks go above */
+  lua_Integer n = luaL_len(L, 3);
+  luaL_argcheck(L, n <= LINE_MAX, 3, "at most 2^24 sizes");
+  const int64_t *seqs = int_array(L, 3, n, 1, "seqs");
+  if (g->degree[1] == 0)
+    for (lua_Integer i = 0; i < n; i++)
+      if (seqs[i] != g->base[1])
+        luaL_argerror(L, 3, lua_pushfstring(L, "this program answers only %I here (the op "
+                                               "structure differs elsewhere)",
+                                            (lua_Integer)g->base[1]));
+  const int64_t *in = NULL;
+  if (prog->ninputs == 1) {
+    luaL_argcheck(L, luaL_len(L, 4) == n, 4, "one input for each seq");
+    in = int_array(L, 4, n, 0, "inputs");
+  }
+  lua_createtable(L, n < INT_MAX ? (int)n : INT_MAX, 0);
+  lua_createtable(L, n < INT_MAX ? (int)n : INT_MAX, 0);
+  int res = lua_gettop(L) - 1;
+  for (lua_Integer i = 0; i < n; i++) {
+    vr_trace_device_result r;
+    sizes[1] = seqs[i];
+    if (in) inputs[0] = in[i];
+    if (vr_trace_device(prog, sizes, inputs, &r)) {
+      lua_pushinteger(L, (lua_Integer)r.peak_reserved);
+      lua_rawseti(L, res, i + 1);
+      lua_pushinteger(L, (lua_Integer)r.live);
+      lua_rawseti(L, res + 1, i + 1);
+    } else {
+      lua_pushboolean(L, 0);
+      lua_rawseti(L, res, i + 1);
+      lua_pushboolean(L, 0);
+      lua_rawseti(L, res + 1, i + 1);
+    }
+  }
+  return 2;
+}
+
 static int l_len(lua_State *L) {
   box *b = (box *)lua_touserdata(L, 1);
   lua_pushinteger(L, b->tr ? (lua_Integer)b->tr->n : 0);
@@ -236,6 +314,7 @@ static int l_plan_len(lua_State *L) {
 
 static const luaL_Reg program_methods[] = {
     {"eval", l_eval},         {"peak", l_peak}, {"device", l_device},
+    {"device_line", l_device_line},
     {"plan_len", l_plan_len}, {NULL, NULL}};
 
 static const luaL_Reg box_meta[] = {{"__gc", box_gc}, {"__len", l_len}, {NULL, NULL}};

@@ -151,7 +151,7 @@ for _, o in ipairs(others) do
   combos = nxt
 end
 if #batches * #seqs * #combos > 1000000 then errors.usage("this sweep has over 1,000,000 points") end
-local peak
+local peak, row
 -- a multi-GPU layout: the largest rank's device total at each point
 -- (stdlib/knobs.lua: a compiled budget per layout; was the whole model on
 -- one GPU)
@@ -177,6 +177,8 @@ else
   if layout then
     local slow = peak
     peak = function(b, t, c) return layout:device_total(b, t) or slow(b, t, c) end
+    -- a row of seqs in one call per program, device_total where it has no answer
+    row = function(b) return layout:device_line(b, seqs) end
   end
 end
 local frameworks = require("stdlib.frameworks")
@@ -198,8 +200,9 @@ for _, c in ipairs(combos) do
   for _, v in ipairs(c) do cols = cols .. "," .. text(v) end
   for _, b in ipairs(batches) do
     local head = ("%d"):format(b) .. ","
+    local known = row and row(b) or {}
     for i, t in ipairs(seqs) do
-      local p = peak(b, t, c)
+      local p = known[i] or peak(b, t, c)
       if a.html then
         local label = ("batch %d, seq %d"):format(b, t)
         for j, o in ipairs(others) do label = label .. (", %s %s"):format(o[1], text(c[j])) end

@@ -120,11 +120,13 @@ static const char DRIVER[] =
     "      pcall(function() return o:peak(byte() % 8 + 1, byte() % 8 + 1) end)\n"
     "      pcall(function() return o:eval(pick(VAL), pick(VAL)) end)\n"
     "      pcall(function() return o:device(pick(VAL), pick(VAL), pick(VAL)) end)\n"
+    "      pcall(function() return o:device_line(pick(VAL), { pick(VAL), pick(VAL) }, { pick(VAL), pick(VAL) }) end)\n"
     "    end\n"
     "  else\n"
     "    for _, p in ipairs(programs) do\n"
     "      pcall(p.peak, p, pick(VAL), pick(VAL))\n"
     "      pcall(p.device, p, pick(VAL), pick(VAL), pick(VAL))\n"
+    "      pcall(p.device_line, p, pick(VAL), { pick(VAL) }, pick(VAL))\n"
     "    end\n"
     "  end\n"
     "end\n";

@@ -78,6 +78,14 @@ while os.clock() - t0 < secs do
         else
           simulated = simulated + 1
         end
+        -- a sweep's row (est:device_line): device_total's answers
+        local row = est:device_line(b, { t, 2 * t, 1 })
+        for i, s in ipairs({ t, 2 * t, 1 }) do
+          if row[i] ~= nil and row[i] ~= est:device_total(b, s) then
+            bad = bad + 1
+            print(("ROW MISMATCH batch %d seq %d: %s"):format(b, s, vram.json.encode(doc)))
+          end
+        end
       end
     end
   else

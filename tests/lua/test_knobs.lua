@@ -329,6 +329,16 @@ function tests.parallel_budgets_should_compile_over_batch_and_seq()
     end
     T.ok(answered >= 24, name .. ": " .. answered .. " points compiled")
     T.eq(K.simulated, 0, name .. ": no point simulated")
+    -- a sweep's row in one call: device_total's answer at every seq it
+    -- gives one for, nil where device_total must answer itself
+    local seqs = { 1, 2, 3, 4, 6, 10, 512, 2050, 4096, 7 }
+    for _, b in ipairs({ 1, 2, 3, 5 }) do
+      local row = est:device_line(b, seqs)
+      for i, t in ipairs(seqs) do
+        if row[i] ~= nil then T.eq(row[i], est:device_total(b, t), ("%s row %d seq %d"):format(name, b, t)) end
+      end
+      if b > 1 then T.ok(row[7] ~= nil, name .. ": the row answers seq 512 at batch " .. b) end
+    end
   end
   -- experts in transformers' loop (no ep): programs per remainder of rows x
   -- top_k by the experts; sizes of every remainder of Mixtral's (8 experts,

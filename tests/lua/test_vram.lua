@@ -913,6 +913,24 @@ function tests.a_device_program_should_count_blocks_and_inputs()
   local tt, tn, tp = tiny_program()
   local plain = assert(vram.fit_program(tt, tn, nil, tp, { 1, 2 }))
   T.raises(function() plain:device(4, 8) end, "counts allocated bytes only")
+  -- a row at once: prog:device at each seq, false where the sizes overflow
+  local seqs, inputs = { 8, 1, 3, 1 << 40, 1000 }, { 1000, 0, 7, 0, 123456 }
+  for _, b in ipairs({ 4, 1, 1 << 40 }) do
+    local reserved_row, live_row = prog:device_line(b, seqs, inputs)
+    for i, n in ipairs(seqs) do
+      local ok, r, _, l = pcall(prog.device, prog, b, n, inputs[i])
+      T.eq(reserved_row[i], ok and r, ("reserved at %d x %d"):format(b, n))
+      T.eq(live_row[i], ok and l, ("live at %d x %d"):format(b, n))
+    end
+  end
+  T.eq(prog:device_line(1 << 40, { 1 << 40 }, { 0 })[1], false, "overflow: false, device raises")
+  T.eq(#prog:device_line(3, {}, {}), 0)
+  T.raises(function() prog:device_line(4, { 8 }) end, "table expected")
+  T.raises(function() prog:device_line(4, { 8, 9 }, { 1 }) end, "one input for each seq")
+  T.raises(function() prog:device_line(4, { 8, 0 }, { 1, 1 }) end, "seqs[2] must be an integer >= 1")
+  T.raises(function() prog:device_line(4, { 8 }, { -1 }) end, "inputs[1] must be an integer >= 0")
+  T.raises(function() prog:device_line(0, { 8 }, { 1 }) end, "batch")
+  T.raises(function() plain:device_line(4, { 8 }) end, "counts allocated bytes only")
 end
 
 -- A stack of layers whose backward frees more than it allocates, each
