@@ -30,11 +30,12 @@ enum {
 };
 
 /* 16 bytes. PK_BWD: rnd 1 when its layer's gradients do not depend on the
- * sizes, their bytes then gvals[n]. */
+ * sizes, their bytes then gvals[n]. PK_POLY: poly, its polynomial's index
+ * among the plan's distinct ones (vr_plan.poly_op). */
 typedef struct {
   uint8_t kind, mono, rnd, nround;
   uint16_t n, pad;
-  int32_t pad2;
+  int32_t poly;
   int64_t c;
 } pk_op;
 
@@ -52,7 +53,15 @@ struct vr_plan {
   int64_t rounded;           /* sizes rounded at evaluation */
   int64_t *gvals;            /* constant gradients of composed layers, rounded */
   size_t ng, gcap;
+  /* the distinct PK_POLY polynomials, each by the first op that has it: a
+   * step changes live bytes by a few dozen polynomials hundreds of times
+   * over (a 3-size VLM program: 278 ops, 849 terms, 109 distinct), so an
+   * evaluation computes each once; npolys 0: each op computes its own */
+  int32_t *poly_op;
+  size_t npolys, pcap;
 };
+
+#define PK_POLYS 1024 /* distinct polynomials an evaluation keeps (on its stack) */
 
 /* Every live total and delta stays within this when the proof holds: two
  * of them add without overflow. */
@@ -279,10 +288,57 @@ static bool constant_grads(const vr_trace *prog, vr_plan *p, size_t j, pk_op *po
 
 void vr_plan_free(vr_plan *p, const vr_mem *mem) {
   if (!p) return;
+  vr_mem_free(mem, p->poly_op, p->pcap * sizeof *p->poly_op);
   vr_mem_free(mem, p->gvals, p->gcap * sizeof *p->gvals);
   vr_mem_free(mem, p->ops, p->cap * sizeof *p->ops);
   vr_mem_free(mem, p->terms, p->tcap * sizeof *p->terms);
   vr_mem_free(mem, p, sizeof *p);
+}
+
+/* A PK_POLY's polynomial hashed (its terms, in order), for distinct_polys. */
+static uint64_t poly_hash(const vr_plan *p, const pk_op *op) {
+  uint64_t h = 1469598103934665603u ^ ((uint64_t)op->n << 8 | op->nround);
+  for (int i = 0; i < op->n + op->nround; i++) {
+    const pk_term *t = &p->terms[op->c + i];
+    h = (h ^ (uint64_t)t->coef) * 1099511628211u;
+    h = (h ^ (uint64_t)t->mono) * 1099511628211u;
+  }
+  return h ^ (h >> 29);
+}
+
+/* Numbers the plan's distinct PK_POLY polynomials (same_op) into op->poly
+ * and poly_op; more than PK_POLYS of them: none numbered (npolys 0), each
+ * op computes its own. False when out of memory. */
+static bool distinct_polys(const vr_trace *prog, vr_plan *p, const vr_mem *mem) {
+  size_t size = 64;
+  while (size < 2 * p->n) size *= 2;
+  int32_t *slot = (int32_t *)vr_mem_array(mem, size, sizeof *slot);
+  if (!slot) return false;
+  for (size_t i = 0; i < size; i++) slot[i] = -1;
+  bool ok = true;
+  p->npolys = 0;
+  for (size_t i = 0; i < p->n && ok; i++) {
+    pk_op *op = &p->ops[i];
+    if (op->kind != PK_POLY) continue;
+    size_t at = (size_t)poly_hash(p, op) & (size - 1);
+    while (slot[at] >= 0 && !same_op(prog, p, &p->ops[slot[at]], op)) at = (at + 1) & (size - 1);
+    if (slot[at] >= 0) {
+      op->poly = p->ops[slot[at]].poly;
+      continue;
+    }
+    if (p->npolys == PK_POLYS) { /* too many to keep: each op its own */
+      p->npolys = 0;
+      break;
+    }
+    ok = vr_mem_grow(mem, (void **)&p->poly_op, &p->pcap, p->npolys + 1, sizeof *p->poly_op, 64);
+    if (ok) {
+      slot[at] = (int32_t)i;
+      op->poly = (int32_t)p->npolys;
+      p->poly_op[p->npolys++] = (int32_t)i;
+    }
+  }
+  vr_mem_free(mem, slot, size * sizeof *slot);
+  return ok;
 }
 
 vr_plan *vr_plan_build(const vr_trace *prog) {
@@ -327,7 +383,7 @@ vr_plan *vr_plan_build(const vr_trace *prog) {
       return NULL;
     }
   }
-  if (!close_op(p, mem, &b) || !repeats(prog, p, mem)) {
+  if (!close_op(p, mem, &b) || !repeats(prog, p, mem) || !distinct_polys(prog, p, mem)) {
     vr_plan_free(p, mem);
     return NULL;
   }
@@ -440,27 +496,33 @@ static inline int64_t round_mask(int64_t x, int64_t mask) {
   return (a ^ sg) - sg;
 }
 
-/* A PK_ONE's or PK_POLY's change at monomials m. */
-static inline int64_t change(const pk_op *op, const pk_term *terms, const int64_t *m,
-                             int64_t round, int64_t mask, bool pow2) {
-  int64_t x = 0;
-  if (op->kind == PK_ONE) {
-    x = op->c * m[op->mono];
-    int64_t r = pow2 ? round_mask(x, mask) : round_to(x, round);
-    return op->rnd ? r : x;
-  }
-  int64_t y = 0;
+/* A PK_POLY's change at monomials m. */
+static inline int64_t poly_change(const pk_op *op, const pk_term *terms, const int64_t *m,
+                                  int64_t round, int64_t mask, bool pow2) {
+  int64_t x = 0, y = 0;
   const pk_term *t = terms + op->c;
   for (int i = 0; i < op->n; i++) x += t[i].coef * m[t[i].mono];
   for (int i = op->n; i < op->n + op->nround; i++) y += t[i].coef * m[t[i].mono];
   return x + (pow2 ? round_mask(y, mask) : round_to(y, round));
 }
 
+/* A PK_ONE's or PK_POLY's change at monomials m; pv: the distinct
+ * polynomials' values (vr_plan.poly_op), or NULL. */
+static inline int64_t change(const pk_op *op, const pk_term *terms, const int64_t *m,
+                             int64_t round, int64_t mask, bool pow2, const int64_t *pv) {
+  if (op->kind == PK_ONE) {
+    int64_t x = op->c * m[op->mono];
+    int64_t r = pow2 ? round_mask(x, mask) : round_to(x, round);
+    return op->rnd ? r : x;
+  }
+  return pv ? pv[op->poly] : poly_change(op, terms, m, round, mask, pow2);
+}
+
 /* Plan ops [from, to) from state s; pow2: the block is a power of two (or
  * none). Most ops are one term, evaluated without a branch on their kind.
  * false: the proof's margin would not hold. */
 static bool span(const vr_trace *prog, const int64_t *m, size_t from, size_t to, pk_state *s,
-                 bool pow2) {
+                 bool pow2, const int64_t *pv) {
   const vr_plan *p = prog->plan;
   const pk_term *terms = p->terms;
   int64_t round = prog->round, mask = round > 0 ? round - 1 : 0;
@@ -468,7 +530,7 @@ static bool span(const vr_trace *prog, const int64_t *m, size_t from, size_t to,
   for (size_t j = from; j < to; j++) {
     const pk_op *op = &p->ops[j];
     if (op->kind <= PK_POLY) {
-      live += change(op, terms, m, round, mask, pow2);
+      live += change(op, terms, m, round, mask, pow2, pv);
       top = live > top ? live : top;
       continue;
     }
@@ -478,7 +540,7 @@ static bool span(const vr_trace *prog, const int64_t *m, size_t from, size_t to,
       /* the block once from here; repetition i is i x its net change higher */
       int64_t start = live, high = live;
       for (size_t k = j + 1; k <= j + op->n; k++) {
-        live += change(&p->ops[k], terms, m, round, mask, pow2);
+        live += change(&p->ops[k], terms, m, round, mask, pow2, pv);
         high = live > high ? live : high;
       }
       int64_t net = live - start;
@@ -492,10 +554,10 @@ static bool span(const vr_trace *prog, const int64_t *m, size_t from, size_t to,
       /* the first repetition, then the last: its state is the first's
        * moved by (c - 1) x the net change (what the block reads it wrote) */
       int64_t start = live, flow = s->flow, shift = 0, more = 0;
-      if (!span(prog, m, j + 1, j + 1 + op->n, s, pow2)) return false;
+      if (!span(prog, m, j + 1, j + 1 + op->n, s, pow2, pv)) return false;
       if (!vr_mul(s->live - start, op->c - 2, &shift) || !vr_add(s->live, shift, &s->live) ||
           !vr_mul(s->flow - flow, op->c - 2, &more) || !vr_add(s->flow, more, &s->flow) ||
-          s->flow >= SAFE || !span(prog, m, j + 1, j + 1 + op->n, s, pow2))
+          s->flow >= SAFE || !span(prog, m, j + 1, j + 1 + op->n, s, pow2, pv))
         return false;
       j += op->n;
     } else if (!composed(prog, op, m, s) || s->flow >= SAFE) {
@@ -510,9 +572,13 @@ static bool span(const vr_trace *prog, const int64_t *m, size_t from, size_t to,
 }
 
 static inline bool run(const vr_trace *prog, const int64_t *m, int64_t *peak, bool pow2) {
+  const vr_plan *p = prog->plan;
+  int64_t pv[PK_POLYS], round = prog->round, mask = round > 0 ? round - 1 : 0;
+  for (size_t k = 0; k < p->npolys; k++)
+    pv[k] = poly_change(&p->ops[p->poly_op[k]], p->terms, m, round, mask, pow2);
   pk_state s;
   s.live = s.peak = s.before = s.flow = 0;
-  if (!span(prog, m, 0, prog->plan->n, &s, pow2)) return false;
+  if (!span(prog, m, 0, p->n, &s, pow2, p->npolys ? pv : NULL)) return false;
   *peak = s.peak > s.before ? s.peak : s.before;
   return true;
 }

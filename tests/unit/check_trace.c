@@ -317,6 +317,42 @@ START_TEST(the_peak_alone_should_equal_the_full_evaluation) {
 }
 END_TEST
 
+/* More distinct polynomials than the peak path keeps on its stack
+ * (trace_peak.c PK_POLYS, 1024): each plan op then computes its own, and
+ * the peak is still the full evaluation's. Each pair of changes (-(k + 2)
+ * b + (k + 1) b t + k) is its own plan op and its own polynomial. */
+START_TEST(a_plan_of_more_distinct_polynomials_than_kept_should_still_peak_right) {
+  enum { PAIRS = 1100 };
+  vr_trace tr[NPROBE];
+  for (int i = 0; i < NPROBE; i++) {
+    int64_t x[3];
+    probe_sizes(i, x);
+    tr[i] = (vr_trace){0};
+    for (int k = 0; k < PAIRS; k++) {
+      ck_assert(vr_trace_push(&tr[i], (vr_op){VR_OP_DELTA, 4, 1, 0, (k + 1) * x[0] * x[1] + k,
+                                              0, 0, {0}}));
+      ck_assert(vr_trace_push(&tr[i], (vr_op){VR_OP_DELTA, 4, 2, 0, -(k + 2) * x[0], 0, 0, {0}}));
+    }
+  }
+  for (int round = 0; round <= 512; round += 512) {
+    const char *why = NULL;
+    vr_trace *prog = fit3(tr, round, &why);
+    ck_assert_msg(prog != NULL, "%s", why);
+    ck_assert(vr_plan_len(prog->plan) > 1024);
+    for (int64_t b = 1; b < 40; b += 13)
+      for (int64_t t = 1; t < 9000; t += 2999) {
+        vr_trace_result r;
+        int64_t peak = -1, x[3] = {b, t, 8};
+        ck_assert(vr_trace_eval(prog, x, &r));
+        ck_assert(vr_trace_peak(prog, x, &peak));
+        ck_assert_int_eq(peak, r.peak);
+      }
+    vr_trace_free(prog);
+  }
+  for (int i = 0; i < NPROBE; i++) vr_trace_release(&tr[i]);
+}
+END_TEST
+
 /* Three sizes, one of degree 2 probed from 64 (an image's tokens): the
  * polynomial written out, at sizes far from the probes. */
 static int64_t three(const int64_t x[3]) {
@@ -372,6 +408,7 @@ static Suite *trace_suite(void) {
   tcase_add_test(tc, a_line_should_fit_the_square_of_its_size_and_refuse_what_is_not_a_polynomial);
   tcase_add_test(tc, the_peak_alone_should_equal_the_full_evaluation);
   tcase_add_test(tc, a_program_of_three_sizes_should_reproduce_its_polynomial);
+  tcase_add_test(tc, a_plan_of_more_distinct_polynomials_than_kept_should_still_peak_right);
   suite_add_tcase(s, tc);
   return s;
 }
