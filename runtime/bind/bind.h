@@ -6,6 +6,7 @@
 #include <lua.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../core/dtype.h"
 
@@ -46,6 +47,30 @@ void vb_read_file(lua_State *L, const char *path); /* pushes the contents */
  * as luaL_loadfilex does); pushes the function, or raises. */
 void vb_load_lua_file(lua_State *L, const char *path);
 size_t vb_utf8_seq(const unsigned char *s, size_t n);
+
+/* A string by its bytes (the stack holds it), and Lua's `<` on two such
+ * without zero bytes: bytewise, the C locale's strcoll (vramlua sets no
+ * locale), the shorter first on a common prefix. vb_bytes_cmp: qsort's. */
+typedef struct {
+  const char *s;
+  size_t n;
+} vb_bytes;
+static inline int vb_bytes_order(const char *a, size_t la, const char *b, size_t lb) {
+  int c = memcmp(a, b, la < lb ? la : lb);
+  return c ? c : (la > lb) - (la < lb);
+}
+static inline int vb_bytes_cmp(const void *pa, const void *pb) {
+  const vb_bytes *a = (const vb_bytes *)pa, *b = (const vb_bytes *)pb;
+  return vb_bytes_order(a->s, a->n, b->s, b->n);
+}
+
+/* u's decimal digits written backward ending just before `end`; returns
+ * where they begin (at most 20 characters). printf took ~700 instructions
+ * a number where a key or a figure writes thousands of them. */
+static inline char *vb_digits(char *end, uint64_t u) {
+  do *--end = (char)('0' + u % 10); while ((u /= 10) > 0);
+  return end;
+}
 /* Raises unless a sandboxed script may read path (lfiles.c, lfiles.h). */
 void vb_check_read(lua_State *L, const char *path);
 

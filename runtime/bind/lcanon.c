@@ -61,17 +61,11 @@ static void put(writer *w, const char *s, size_t n) {
 
 static void put_str(writer *w, const char *s) { put(w, s, strlen(s)); }
 
-/* Decimal digits as Lua writes an integer (LUA_INTEGER_FMT, "%lld"):
- * snprintf cost ~700 instructions a number. */
+/* Decimal digits as Lua writes an integer (LUA_INTEGER_FMT, "%lld"). */
 static void put_uint(writer *w, unsigned long long u, bool minus) {
-  char buf[24];
-  int k = (int)sizeof buf;
-  do {
-    buf[--k] = (char)('0' + u % 10);
-    u /= 10;
-  } while (u);
-  if (minus) buf[--k] = '-';
-  put(w, buf + k, sizeof buf - (size_t)k);
+  char buf[24], *end = buf + sizeof buf, *p = vb_digits(end, u);
+  if (minus) *--p = '-';
+  put(w, p, (size_t)(end - p));
 }
 
 static void put_int(writer *w, lua_Integer i) {
@@ -87,13 +81,6 @@ static void put_counted(writer *w, const char *s, size_t len) {
   put(w, s, len);
 }
 
-/* Lua's `<` on two strings without zero bytes: bytewise, the C locale's
- * strcoll, which Lua calls (vramlua never sets a locale). */
-static int bytes_order(const char *a, size_t la, const char *b, size_t lb) {
-  int c = memcmp(a, b, la < lb ? la : lb);
-  return c ? c : (la > lb) - (la < lb);
-}
-
 /* Lua's order of the keys (table.sort with `<` within one type, numbers
  * before strings across them: run.lua's mixed_less by type name); keys
  * with a zero byte were refused. */
@@ -101,7 +88,7 @@ static int key_order(const void *pa, const void *pb) {
   const entry *a = (const entry *)pa, *b = (const entry *)pb;
   if (a->kstr != b->kstr) return a->kstr ? 1 : -1;
   if (!a->kstr) return a->ki < b->ki ? -1 : a->ki > b->ki;
-  return bytes_order(a->ks, a->klen, b->ks, b->klen);
+  return vb_bytes_order(a->ks, a->klen, b->ks, b->klen);
 }
 
 /* Whether the value at idx is the string "sim" (the key whose tables are
@@ -321,17 +308,6 @@ static int same(lua_State *L, int a, int b, bool sim, int depth) {
   return 1;
 }
 
-/* A gone name, a string the stack holds, in table.sort's order. */
-typedef struct {
-  const char *s;
-  size_t len;
-} gone_name;
-
-static int name_order(const void *pa, const void *pb) {
-  const gone_name *a = (const gone_name *)pa, *b = (const gone_name *)pb;
-  return bytes_order(a->s, a->len, b->s, b->len);
-}
-
 /* vram.run_key(r, base [, skip [, only]]) -> string | nil: stdlib/run.lua's
  * run.key, in C: the fields of r (those `only` names, if given) that differ
  * from base's, written out, "}-", then the names base has and r lacks. nil
@@ -414,10 +390,10 @@ static int l_run_key(lua_State *L) {
       ngone++;
     }
   }
-  gone_name *names =
-      (gone_name *)lua_newuserdatauv(L, (size_t)(ngone ? ngone : 1) * sizeof *names, 0);
-  for (int i = 0; i < ngone; i++) names[i].s = lua_tolstring(L, first + i, &names[i].len);
-  qsort(names, (size_t)ngone, sizeof *names, name_order);
+  /* in table.sort's order (the stack holds the strings) */
+  vb_bytes *names = (vb_bytes *)lua_newuserdatauv(L, (size_t)(ngone ? ngone : 1) * sizeof *names, 0);
+  for (int i = 0; i < ngone; i++) names[i].s = lua_tolstring(L, first + i, &names[i].n);
+  qsort(names, (size_t)ngone, sizeof *names, vb_bytes_cmp);
   writer w;
   lua_pushvalue(L, 5);
   if (!write_top(L, &w, 6)) {
@@ -427,7 +403,7 @@ static int l_run_key(lua_State *L) {
   put(&w, "}-", 2);
   for (int i = 0; i < ngone; i++) { /* (the stack holds the strings) */
     if (i > 0) put(&w, ",", 1);
-    put(&w, names[i].s, names[i].len);
+    put(&w, names[i].s, names[i].n);
   }
   lua_pushlstring(L, w.p, w.n);
   return 1;

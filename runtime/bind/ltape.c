@@ -895,6 +895,13 @@ static void push_point(lua_State *L, const ltape *u, int names, const tl_point *
   }
 }
 
+/* Event e added to the running sums: live bytes, by category, categories met. */
+static inline void tl_add(const vr_tl_event *e, int64_t *live, int64_t *by, unsigned *seen) {
+  *live += e->delta;
+  by[e->cat] += e->delta;
+  *seen |= 1u << e->cat;
+}
+
 /* Point p: the timeline after event i (0-based) e, live bytes live, by
  * category by (seen: the categories met; by copied only with categories). */
 static inline void keep_point(tl_point *p, size_t i, int64_t live, const int64_t *by,
@@ -961,9 +968,7 @@ static int l_timeline_collect(lua_State *L) {
         /* a repetition's first event (its span found against the event
          * before it) or a stretch's first: every check */
         const vr_tl_event *e = src + j;
-        live += e->delta;
-        by[e->cat] += e->delta;
-        seen |= 1u << e->cat;
+        tl_add(e, &live, by, &seen);
         if (!prev || vr_tl_new_span(prev, e)) {
           if (s == nspans) goto miscounted;
           if (s > 0) spans[s - 1].last = i;
@@ -987,9 +992,7 @@ static int l_timeline_collect(lua_State *L) {
         /* (end >= i: a stretch's first event moved end past itself) */
         size_t run = len - j < end - i ? len - j : end - i;
         for (const vr_tl_event *f = src + j, *stop = f + run; f < stop; f++, i++) {
-          live += f->delta;
-          by[f->cat] += f->delta;
-          seen |= 1u << f->cat;
+          tl_add(f, &live, by, &seen);
           if (f->starts) {
             if (s == nspans) goto miscounted;
             spans[s - 1].last = i;

@@ -43,14 +43,22 @@ static box *newbox(lua_State *L, const char *meta, vr_trace *tr) {
 
 vr_trace **vb_push_trace_box(lua_State *L) { return &newbox(L, TRACE, NULL)->tr; }
 
-/* The integer at t[i] (a table at idx), >= 0. */
-static int64_t field(lua_State *L, int idx, int i, int arg, const char *what) {
+/* The integer at t[i] (a table at idx), >= lo. */
+static int64_t field_min(lua_State *L, int idx, lua_Integer i, int arg, const char *what,
+                         int64_t lo) {
   lua_rawgeti(L, idx, i);
   int ok = 0;
   lua_Integer v = lua_tointegerx(L, -1, &ok);
   lua_pop(L, 1);
-  if (!ok || v < 0) luaL_argerror(L, arg, lua_pushfstring(L, "%s[%d] must be an integer >= 0", what, i));
+  if (!ok || v < lo)
+    luaL_argerror(L, arg, lua_pushfstring(L, "%s[%I] must be an integer >= %I", what, i,
+                                          (lua_Integer)lo));
   return (int64_t)v;
+}
+
+/* The integer at t[i] (a table at idx), >= 0. */
+static int64_t field(lua_State *L, int idx, int i, int arg, const char *what) {
+  return field_min(L, idx, i, arg, what, 0);
 }
 
 /* The integer field k of the table at idx, >= 0. */
@@ -135,6 +143,15 @@ static void push_name(lua_State *L, int index) {
   lua_remove(L, -2);
 }
 
+/* Size v of program g at x: a size of degree 0 only at the program's own
+ * value (arg: the argument to blame). */
+static void size_here(lua_State *L, const vr_grid *g, int v, int64_t x, int arg) {
+  if (g->degree[v] == 0 && x != g->base[v])
+    luaL_argerror(L, arg, lua_pushfstring(L, "this program answers only %I here (the op "
+                                             "structure differs elsewhere)",
+                                          (lua_Integer)g->base[v]));
+}
+
 /* The program at 1 and its sizes from the arguments 2.., checked: one per
  * size, >= 1, a size of degree 0 at the program's own value; then `more`
  * arguments. A device program answers only prog:device, the others all
@@ -150,10 +167,7 @@ static const vr_trace *arguments(lua_State *L, int64_t sizes[VR_MAXVARS], bool d
                more ? lua_pushfstring(L, " and %d inputs", more) : "", lua_gettop(L) - 1);
   for (int v = 0; v < g->nvars; v++) {
     sizes[v] = vb_checkint(L, v + 2, 1, "size");
-    if (g->degree[v] == 0 && sizes[v] != g->base[v])
-      luaL_argerror(L, v + 2, lua_pushfstring(L, "this program answers only %I here (the op "
-                                              "structure differs elsewhere)",
-                                              (lua_Integer)g->base[v]));
+    size_here(L, g, v, sizes[v], v + 2);
   }
   return prog;
 }
@@ -224,20 +238,10 @@ static int l_device(lua_State *L) {
 }
 
 /* The integers of the array at idx, each >= lo (n of them: its length),
- * into a block of the state's allocator kept alive by a userdata pushed on
- * the stack. */
+ * in a userdata pushed on the stack. */
 static int64_t *int_array(lua_State *L, int idx, lua_Integer n, int64_t lo, const char *what) {
   int64_t *v = (int64_t *)lua_newuserdatauv(L, (size_t)n * sizeof *v + 1, 0);
-  for (lua_Integer i = 1; i <= n; i++) {
-    lua_rawgeti(L, idx, i);
-    int ok = 0;
-    lua_Integer x = lua_tointegerx(L, -1, &ok);
-    lua_pop(L, 1);
-    if (!ok || x < lo)
-      luaL_argerror(L, idx, lua_pushfstring(L, "%s[%I] must be an integer >= %I", what, i,
-                                            (lua_Integer)lo));
-    v[i - 1] = (int64_t)x;
-  }
+  for (lua_Integer i = 1; i <= n; i++) v[i - 1] = field_min(L, idx, i, idx, what, lo);
   return v;
 }
 
@@ -257,9 +261,7 @@ static int l_device_line(lua_State *L) {
                          "(this one: %d sizes, %d inputs)", (int)g->nvars, (int)prog->ninputs);
   int64_t sizes[VR_MAXVARS] = {0}, inputs[VR_MAXINPUTS] = {0};
   sizes[0] = vb_checkint(L, 2, 1, "batch");
-  if (g->degree[0] == 0 && sizes[0] != g->base[0])
-    luaL_argerror(L, 2, lua_pushfstring(L, "this program answers only %I here (the op "
-                                           "structure differs elsewhere)", (lua_Integer)g->base[0]));
+  size_here(L, g, 0, sizes[0], 2);
   luaL_checktype(L, 3, LUA_TTABLE);
   if (prog->ninputs == 1) luaL_checktype(L, 4, LUA_TTABLE);
   else luaL_argcheck(L, lua_isnoneornil(L, 4), 4, "this program takes no input");
@@ -267,12 +269,7 @@ static int l_device_line(lua_State *L) {
   lua_Integer n = luaL_len(L, 3);
   luaL_argcheck(L, n <= LINE_MAX, 3, "at most 2^24 sizes");
   const int64_t *seqs = int_array(L, 3, n, 1, "seqs");
-  if (g->degree[1] == 0)
-    for (lua_Integer i = 0; i < n; i++)
-      if (seqs[i] != g->base[1])
-        luaL_argerror(L, 3, lua_pushfstring(L, "this program answers only %I here (the op "
-                                               "structure differs elsewhere)",
-                                            (lua_Integer)g->base[1]));
+  for (lua_Integer i = 0; i < n; i++) size_here(L, g, 1, seqs[i], 3);
   const int64_t *in = NULL;
   if (prog->ninputs == 1) {
     luaL_argcheck(L, luaL_len(L, 4) == n, 4, "one input for each seq");

@@ -155,14 +155,13 @@ static bool fixed_binary(char *buf, int64_t b, int shift, int dec) {
   bool odd = dec > 0 ? (q & 1) != 0 : (whole & 1) != 0;
   if (shift > 0 && (r > half || (r == half && odd))) q++;
   if (q == P10[dec]) whole++, q = 0;
-  char digits[32];
-  int n = 0;
-  for (int i = 0; i < dec; i++, q /= 10) digits[n++] = (char)('0' + q % 10);
-  if (dec > 0) digits[n++] = '.';
-  do digits[n++] = (char)('0' + whole % 10); while ((whole /= 10) > 0);
-  if (b < 0) digits[n++] = '-';
-  for (int i = 0; i < n; i++) buf[i] = digits[n - 1 - i];
-  buf[n] = '\0';
+  char digits[32], *end = digits + sizeof digits, *p = end; /* written backward */
+  for (int i = 0; i < dec; i++, q /= 10) *--p = (char)('0' + q % 10);
+  if (dec > 0) *--p = '.';
+  p = vb_digits(p, whole);
+  if (b < 0) *--p = '-';
+  memcpy(buf, p, (size_t)(end - p));
+  buf[end - p] = '\0';
   return true;
 }
 

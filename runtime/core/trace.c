@@ -411,7 +411,7 @@ bool vr_trace_eval(const vr_trace *prog, const int64_t *sizes, vr_trace_result *
   if (!vr_trace_monomials(prog, sizes, m)) return false;
   for (size_t j = 0; j < prog->n; j++) {
     const vr_op *op = &prog->ops[j];
-    int slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
+    int slot = vr_op_slot(op);
     int64_t x = 0;
     switch (op->kind) {
       case VR_OP_DELTA:

@@ -60,6 +60,12 @@ typedef struct {
  * two marks recorded just before it: extra, the first one's, and extra ^ 1). */
 #define VR_TRACE_SLOTS 64
 
+/* A composed layer's slot of op (BULK_*, MEASURE), as every evaluator
+ * reads it: out of range, slot 0. */
+static inline int vr_op_slot(const vr_op *op) {
+  return op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
+}
+
 typedef struct vr_plan vr_plan; /* a program's peak-only evaluation (trace_peak.c) */
 
 /* A device program's term: coef x monomial `mono`. */

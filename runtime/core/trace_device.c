@@ -297,13 +297,12 @@ static int64_t magnitude(int64_t x) { return x == INT64_MIN ? INT64_MAX : (x < 0
 static void run_bounds(vr_trace *prog) {
   prog->run_items_max = 0;
   prog->run_const_max = 0;
-  prog->nslots = 1; /* a slot out of range reads slot 0 */
+  prog->nslots = 1; /* the slots vr_op_slot reads: 0 at least */
   for (size_t j = 0; j < prog->n; j++) {
     const vr_op *op = &prog->ops[j];
     bool slotted = op->kind == VR_OP_BULK_FWD || op->kind == VR_OP_MEASURE ||
                    op->kind == VR_OP_BULK_BWD;
-    if (slotted && op->slot >= prog->nslots && op->slot < VR_TRACE_SLOTS)
-      prog->nslots = op->slot + 1;
+    if (slotted && vr_op_slot(op) >= prog->nslots) prog->nslots = vr_op_slot(op) + 1;
   }
   for (size_t i = 0; i < prog->ndops; i++) {
     const vr_dop *d = &prog->dops[i];
@@ -495,7 +494,7 @@ bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *
     }
     size_t j = (size_t)d->a;
     const vr_op *op = &prog->ops[j];
-    int slot = 0; /* a composed layer's (BULK_*, MEASURE) */
+    int slot = vr_op_slot(op); /* a composed layer's (BULK_*, MEASURE) */
     switch (op->kind) {
       case VR_OP_CONST: /* rounded when fitted; extra: its blocks, summed */
         if (!dadd(&s, vr_trace_row(prog, j)[0], op->extra)) return false;
@@ -519,7 +518,6 @@ bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *
         break;
       case VR_OP_BULK_FWD: { /* two marks bracket one simulated layer */
         int mk = (int)(op->extra & 1);
-        slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
         if (!vr_sub(marks[mk ^ 1], marks[mk], &x) || !vr_mul(x, op->value, &x) ||
             !vr_sub(rmarks[mk ^ 1], rmarks[mk], &rx) || !vr_mul(rx < 0 ? 0 : rx, op->value, &rx) ||
             !dadd(&s, x, rx))
@@ -529,12 +527,10 @@ bool vr_trace_device(const vr_trace *prog, const int64_t *sizes, const int64_t *
         break;
       }
       case VR_OP_MEASURE:
-        slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
         start[slot] = s.watch = s.live;
         rstart[slot] = s.rwatch = s.res;
         break;
       case VR_OP_BULK_BWD:
-        slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
         if (!dbulk_bwd(&s, prog, j, sv, start[slot], rstart[slot], &left[slot], &rleft[slot]))
           return false;
         break;

@@ -208,7 +208,7 @@ static bool contained(const vr_trace *prog, const vr_plan *p, size_t i, size_t l
   for (size_t k = i; k < i + len; k++) {
     if (p->ops[k].kind <= PK_POLY) continue;
     const vr_op *op = &prog->ops[p->ops[k].c];
-    int slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
+    int slot = vr_op_slot(op);
     *has = true;
     switch (op->kind) {
       case VR_OP_MARK: mark[op->slot & 1] = true; break;
@@ -423,7 +423,7 @@ static int64_t max3(int64_t a, int64_t b, int64_t c) {
 static bool composed(const vr_trace *prog, const pk_op *po, const int64_t *m, pk_state *s) {
   size_t j = (size_t)po->c;
   const vr_op *op = &prog->ops[j];
-  int slot = op->slot >= 0 && op->slot < VR_TRACE_SLOTS ? op->slot : 0;
+  int slot = vr_op_slot(op);
   int64_t x = 0;
   switch (op->kind) {
     case VR_OP_MARK: s->marks[op->slot & 1] = s->live; return true;

@@ -773,19 +773,6 @@ static void format_float(double d, char out[40]) {
   if (!strpbrk(out, ".eE")) strcat(out, ".0");
 }
 
-typedef struct {
-  const char *s;
-  size_t n;
-} keyref;
-
-static int keycmp(const void *a, const void *b) {
-  const keyref *x = (const keyref *)a, *y = (const keyref *)b;
-  size_t m = x->n < y->n ? x->n : y->n;
-  int c = memcmp(x->s, y->s, m);
-  if (c) return c;
-  return (x->n > y->n) - (x->n < y->n);
-}
-
 static void encode_value(jenc *e, int idx, cJSON *parent, const char *key, int depth);
 
 static void encode_table(jenc *e, int t, cJSON *parent, const char *key, int depth) {
@@ -839,8 +826,8 @@ static void encode_table(jenc *e, int t, cJSON *parent, const char *key, int dep
     cJSON *obj = cJSON_CreateObject();
     attach(e, parent, key, obj);
     if (nstr) {
-      if (nstr > ((size_t)-1) / sizeof(keyref)) luaL_error(L, "json.encode: out of memory");
-      keyref *keys = (keyref *)lua_newuserdatauv(L, nstr * sizeof(keyref), 0);
+      if (nstr > ((size_t)-1) / sizeof(vb_bytes)) luaL_error(L, "json.encode: out of memory");
+      vb_bytes *keys = (vb_bytes *)lua_newuserdatauv(L, nstr * sizeof(vb_bytes), 0);
       int kidx = lua_gettop(L);
       size_t k = 0;
       lua_pushnil(L);
@@ -849,7 +836,7 @@ static void encode_table(jenc *e, int t, cJSON *parent, const char *key, int dep
         keys[k].s = lua_tolstring(L, -1, &keys[k].n); /* alive: a key of t */
         k++;
       }
-      qsort(keys, nstr, sizeof(keyref), keycmp);
+      qsort(keys, nstr, sizeof(vb_bytes), vb_bytes_cmp); /* keys in bytewise order */
       for (k = 0; k < nstr; k++) {
         if (memchr(keys[k].s, '\0', keys[k].n))
           luaL_error(L, "json.encode: object key contains a NUL byte");
