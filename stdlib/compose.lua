@@ -164,10 +164,11 @@ end
 -- dozens of runs that differ only in their loss kernel, their optimizer or
 -- what their layers leave alone). While M.keeping runs f, each simulator
 -- made with an identity (stdlib/step.lua new_sim: the step, an RL update, a
--- layout's pass and its role) takes part: each layer its outermost M.layers
--- walks is kept (tape:echo_keep) under `key` (the run written out less what
--- layers never read), the identity and the layer's count in that
--- simulator. A later simulator under the same name, whose input and the
+-- layout's pass by what its layers read) takes part: each layer its
+-- outermost M.layers walks is kept (tape:echo_keep) under `key` (the run
+-- written out less what layers never read), the identity and the stack's
+-- count in that simulator (the layers one M.layers call walks, layers 1
+-- and 2, share its name). A later simulator under the same name, whose input and the
 -- tensors the layers read besides it (externals: masks, rotary tables) are
 -- alike, takes it in place of the walk (tape:echo_take), its ids mapped:
 -- the input and externals to this one's, the layer's parameters to this
@@ -246,6 +247,11 @@ function M.layers(S, layers, n, one, x, label, externals)
       e.output.id))
   end
   local K = echo and S.kept and not S.keeping and S.kept -- outermost layers only
+  local slot -- the stack's name among the kept layers
+  if K then
+    K.n = K.n + 1
+    slot = K.key .. "#" .. K.n .. label
+  end
   -- the kept layer k's externals paired with this simulation's, or nil
   local function paired(k)
     if #k.externals ~= #externals then return nil end
@@ -261,8 +267,6 @@ function M.layers(S, layers, n, one, x, label, externals)
   local function run(i, input)
     local list
     if K then
-      K.n = K.n + 1
-      local slot = K.key .. "#" .. K.n .. label
       list = K.cache[slot] or {}
       K.cache[slot] = list
       for _, k in ipairs(list) do -- (a few at most)

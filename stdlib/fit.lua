@@ -6,7 +6,6 @@ local frameworks = require("stdlib.frameworks")
 local errors = require("stdlib.errors")
 local par = require("stdlib.parallel")
 local compose = require("stdlib.compose")
-local loss = require("stdlib.loss")
 
 local M = {}
 
@@ -270,12 +269,7 @@ function M.apply(run, levers)
 end
 
 local OPTIMIZER = { optimizer = true }
--- What a model's layers never read: the loss (stdlib/loss.lua) and the
--- optimizer (its states and step come before and after them). Runs that
--- differ only there walk their layers alike, where the tape stands alike
--- (stdlib/compose.lua M.keeping checks that).
-local TRUNK_SKIP = { optimizer = true }
-for k in pairs(loss.FIELDS) do TRUNK_SKIP[k] = true end
+local TRUNK_SKIP = step.UNREAD_BY_LAYERS
 
 -- A lever must save at least this share of what the run needs without it:
 -- below 1 % a budget cannot tell it from nothing.

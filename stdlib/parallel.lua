@@ -551,15 +551,22 @@ function Replay:measured(f) -- on the tape itself (the optimizer step), measured
   self:window(spans.delta(self.tape, c0))
 end
 
--- What tells a pass from the other passes a run's layout makes (its role,
--- the block it holds, the chunk it runs, whether it stops early or
--- replays a record): its name for layers kept across the runs of a search
--- (stdlib/compose.lua M.kept).
-local NOTHING = {}
-local function pass_identity(role, held, mid, cutoff, lean)
-  return table.concat({ run_key(role, NOTHING), math.type(held) and tostring(held) or type(held),
-    tostring(mid), tostring(cutoff ~= nil), lean and (lean.rec and "replays" or "records") or "" },
-    "|")
+-- A pass's name for the layers kept across the simulations of a search
+-- (stdlib/compose.lua M.keeping): what its layers read. The rank-local run
+-- written out against the search's run, less what no layer reads (the
+-- loss, the optimizer: step.UNREAD_BY_LAYERS; the layout itself, the
+-- master dtype, which end of the model the stage holds), and what the pass
+-- sets apart from the run: whether parameters hold their bytes (their
+-- gradient edges carry them), the sequence-parallel split, the chunk an
+-- interleaved stage runs. Passes of any role, layout or micro-batch count
+-- that agree on it walk their layers alike on alike inputs: a stage's
+-- first layer reads the embedding, a later stage's the activation it
+-- received, which compose.layers tells apart.
+local LAYERS_SKIP = { parallel = true, master_dtype = true, stage = true }
+for k in pairs(step.UNREAD_BY_LAYERS) do LAYERS_SKIP[k] = true end
+local function layers_identity(lrun, L, base, mid, chunk_layers)
+  return table.concat({ run_key(lrun, base, LAYERS_SKIP), tostring(params_on_tape(scheme_of(L))),
+    tostring(L.sp), L.tp, L.vstages, chunk_layers, mid and "mid" or "" }, "|")
 end
 
 -- One pass of the role's step on a fresh simulator. held: bytes one
@@ -574,9 +581,9 @@ end
 -- lean (optional, a step's pass under a lean search): { rec = a record of
 -- a pass with the same forward and backward (simulate's key) } to replay,
 -- or { } to run and record (lean.made, once the pass is complete).
-local function pass(family, run, L, role, held, mid, cutoff, lean)
-  local S = step.new_sim(run, compose.is_keeping() and pass_identity(role, held, mid, cutoff,
-    lean) or nil)
+-- identity (optional): layers_identity, under compose.keeping.
+local function pass(family, run, L, role, held, mid, cutoff, lean, identity)
+  local S = step.new_sim(run, identity)
   if run.timeline and held then S.tape:timeline(true) end -- the step's pass, drawn
   if L.sp then
     -- row-parallel outputs and the embedding are reduce-scattered over tp;
@@ -1027,11 +1034,17 @@ local function simulate(run, L, role, lrun, search, cutoff, measured)
     mkey = mkey or measure_key(lrun, L, role, search.base, measured)
     return mkey
   end
+  -- the pass's name for layers kept across a search's passes
+  local function named(mid)
+    return search and compose.is_keeping() and layers_identity(lrun, L, search.base, mid,
+      role.chunk_layers) or nil
+  end
   local function measure() -- the measuring pass, when it is needed
     if role.inflight > 1 then
       held = search and search.held[key()]
       if not held then
-        local _, info = pass(family, lrun, L, role, nil, L.vstages > 1)
+        local mid = L.vstages > 1
+        local _, info = pass(family, lrun, L, role, nil, mid, nil, nil, named(mid))
         held = info.held
         if search then search.held[key()] = held end
       end
@@ -1047,13 +1060,13 @@ local function simulate(run, L, role, lrun, search, cutoff, measured)
     -- step runs first holding no in-flight block, recorded (its forward's
     -- bytes are the held ones), then is replayed holding them
     if not lean.rec and role.inflight > 1 and L.vstages == 1 and not search.held[key()] then
-      pass(family, lrun, L, role, 0, nil, nil, lean)
+      pass(family, lrun, L, role, 0, nil, nil, lean, named())
       search.held[key()] = lean.made.held
       search.replays[lean.key], lean.rec, lean.made = lean.made, lean.made, nil
     end
   end
   local st, info = pass(family, lrun, L, role, cutoff and measure or measure(), nil, cutoff,
-    lean)
+    lean, named())
   if not st then return nil end
   if lean and lean.made then search.replays[lean.key] = lean.made end
   info.held = held
@@ -1337,20 +1350,25 @@ function M.fit(run, gpus, budget, where)
   -- where one cut off midway (too large) records nothing. Listed in
   -- M.layouts' order all the same (the sort below keeps ties as they come).
   local priced = {}
-  for i = #all, 1, -1 do
-    local t = all[i]
-    local r = with(run, {}) -- shallow: nothing a budget calls edits a run
-    r.parallel = M.check(M.read(t, where, r), r, where)
-    local b = M.budget(r, nil, search) -- nil: needs more than the budget
-    if b and b.device_total_bytes <= budget then
-      local params = 0
-      for _, e in ipairs(b.per_rank) do params = math.max(params, e.param_count) end
-      -- 1F1B's idle share: (p - 1) / (m + p - 1) (v chunks divide p - 1 by v)
-      local bubble = (t.pp - 1) / (t.microbatches + t.pp - 1)
-      priced[i] = { layout = t, need = b.device_total_bytes, bubble = bubble,
-        comm = M.comm_bytes(r, r.parallel, params), host = b.host_bytes }
+  -- a pass walks the layers another layout's pass walked alike (the same
+  -- tensor parallelism, experts per rank, sequence share and parameter
+  -- storage) only once (layers_identity, stdlib/compose.lua M.keeping)
+  compose.keeping({}, "fit", function()
+    for i = #all, 1, -1 do
+      local t = all[i]
+      local r = with(run, {}) -- shallow: nothing a budget calls edits a run
+      r.parallel = M.check(M.read(t, where, r), r, where)
+      local b = M.budget(r, nil, search) -- nil: needs more than the budget
+      if b and b.device_total_bytes <= budget then
+        local params = 0
+        for _, e in ipairs(b.per_rank) do params = math.max(params, e.param_count) end
+        -- 1F1B's idle share: (p - 1) / (m + p - 1) (v chunks divide p - 1 by v)
+        local bubble = (t.pp - 1) / (t.microbatches + t.pp - 1)
+        priced[i] = { layout = t, need = b.device_total_bytes, bubble = bubble,
+          comm = M.comm_bytes(r, r.parallel, params), host = b.host_bytes }
+      end
     end
-  end
+  end)
   for i = 1, #all do fits[#fits + 1] = priced[i] end
   table.sort(fits, function(a, b)
     if a.comm ~= b.comm then return a.comm < b.comm end

@@ -156,6 +156,13 @@ end
 M.trainable = trainable_params
 
 
+-- What a model's layers never read: the loss (stdlib/loss.lua) and the
+-- optimizer (its states and step come before and after them). Runs that
+-- differ only there walk their layers alike, where the tape stands alike
+-- (stdlib/compose.lua M.keeping checks that): run.key skips them.
+M.UNREAD_BY_LAYERS = { optimizer = true }
+for k in pairs(loss.FIELDS) do M.UNREAD_BY_LAYERS[k] = true end
+
 -- family: a table with build(S, run, pol) -> model and
 -- forward_loss / forward_logits / generate functions.
 

@@ -4,7 +4,9 @@
 -- attention kernels, losses, optimizers, and a layout (dp, tp, pp, ZeRO)
 -- or one GPU: every combination fit.knobs lists (need, categories at the
 -- peak, levers) must be the same with the layers kept (stdlib/compose.lua
--- M.keeping) and with every layer walked.
+-- M.keeping) and with every layer walked; and so must every layout of 2,
+-- 4 or 8 GPUs parallel.fit lists (fit --gpus) for the text models, with
+-- every layout priced or under a budget that cuts some off midway.
 --   vramlua --max-seconds 0 --max-memory 4000 run tests/fuzz/knobs_eq.lua SEED SECONDS
 local vram = require("vram")
 local spec = require("stdlib.spec")
@@ -15,7 +17,7 @@ local pick = compare.pick
 local seed, secs = tonumber((...)) or 1, tonumber((select(2, ...))) or 60
 math.randomseed(seed)
 
-local n, bad, refused = 0, 0, 0
+local n, bad, refused, layouts = 0, 0, 0, 0
 local t0 = os.clock()
 while os.clock() - t0 < secs do
   local preset = pick({ "qwen2_5_1_5b_instruct", "qwen2_5_1_5b_instruct", "qwen3_30b_a3b",
@@ -49,10 +51,25 @@ while os.clock() - t0 < secs do
       bad = bad + 1
       print("MISMATCH " .. vram.json.encode(doc))
     end
+    if preset ~= "qwen3_vl_4b_instruct" then
+      local gpus = pick({ 2, 4, 8 })
+      local budget = math.random() < 0.5 and math.random(1, 40) * (1 << 30) or nil
+      local lok, all = pcall(compare.layouts, r, gpus, budget)
+      if not lok and type(all) ~= "table" then error(all, 0) end
+      if lok then
+        layouts = layouts + all.tried
+        if not compare.same(all, compare.walked(compare.layouts, r, gpus, budget)) then
+          bad = bad + 1
+          print(("MISMATCH fit --gpus %d within %s: %s"):format(gpus, tostring(budget),
+            vram.json.encode(doc)))
+        end
+      end
+    end
   else
     refused = refused + 1 -- a combination the spec or the simulator refuses as input
   end
   n = n + 1
 end
-print(("cases %d, mismatches %d, refused as input %d (seed %d)"):format(n, bad, refused, seed))
+print(("cases %d, layouts %d, mismatches %d, refused as input %d (seed %d)"):format(n, layouts,
+  bad, refused, seed))
 if bad > 0 then error(("%d mismatches"):format(bad), 0) end

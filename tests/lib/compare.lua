@@ -1,8 +1,10 @@
--- What the equality checks share (tests/lua/test_fit.lua and the fuzzers
--- tests/fuzz/compose_eq.lua, knobs_eq.lua): deep equality, a random pick,
--- and fit.knobs' answer as one table, with the layers kept across its
--- simulations (stdlib/compose.lua M.keeping) or every layer walked.
+-- What the equality checks share (tests/lua/test_fit.lua, test_parallel.lua
+-- and the fuzzers tests/fuzz/compose_eq.lua, knobs_eq.lua): deep equality,
+-- a random pick, and fit.knobs' and parallel.fit's answers as one table
+-- each, with the layers kept across their simulations (stdlib/compose.lua
+-- M.keeping) or every layer walked.
 local fit = require("stdlib.fit")
+local par = require("stdlib.parallel")
 local compose = require("stdlib.compose")
 
 local M = {}
@@ -25,6 +27,18 @@ function M.knobs(run, depth)
   local list, base, levers = fit.knobs(run, M.BIG, depth)
   local out = { base = base, levers = #levers }
   for _, e in ipairs(list) do out[e.knobs] = { need = e.need, at = e.at_peak } end
+  return out
+end
+
+-- The layouts of `gpus` GPUs parallel.fit lists for run within `budget`
+-- bytes (default M.BIG: every one it can price), each by name: its need,
+-- communication and host bytes, with how many it tried.
+function M.layouts(run, gpus, budget)
+  local fits, tried = par.fit(run, gpus, budget or M.BIG, "compare.layouts")
+  local out = { tried = tried }
+  for _, e in ipairs(fits) do
+    out[par.layout_name(e.layout)] = { need = e.need, comm = e.comm, host = e.host }
+  end
   return out
 end
 

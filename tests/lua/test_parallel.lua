@@ -457,4 +457,30 @@ function tests.layouts_of_8_gpus_respect_the_model_and_sort_by_communication()
   T.eq(par.comm_bytes(z3, z3.parallel, P), 3 * 7 * P * 2 // 8)
 end
 
+-- Layers kept from one layout's pass for another's (fit --gpus:
+-- stdlib/compose.lua M.keeping, named by what the layers read) change no
+-- figure: every layout's need, communication and host bytes with them and
+-- with every layer walked, dense (checkpointed or not) and MoE, every
+-- layout priced and under a budget that cuts passes off midway.
+function tests.layers_kept_across_layouts_change_no_figure()
+  local compare = require("tests.lib.compare")
+  local cases = {
+    { "dense", normalize(nil, { seq = 512 }, { num_hidden_layers = 8 }) },
+    { "dense, every layer checkpointed, eager", normalize(nil, { seq = 256, batch = 2,
+      grad_checkpointing = "full", attention = "eager" }, { num_hidden_layers = 8 }) },
+    { "MoE", normalize(nil, { seq = 256 }, { num_hidden_layers = 8 }, "qwen3_30b_a3b") },
+  }
+  for _, c in ipairs(cases) do
+    local all = compare.layouts(c[2], 8)
+    T.eq(all, compare.walked(compare.layouts, c[2], 8), c[1])
+    local needs = {}
+    for name, e in pairs(all) do if name ~= "tried" then needs[#needs + 1] = e.need end end
+    table.sort(needs)
+    T.ok(#needs > 10, c[1] .. ": layouts priced")
+    local mid = needs[#needs // 2]
+    local some = compare.layouts(c[2], 8, mid)
+    T.eq(some, compare.walked(compare.layouts, c[2], 8, mid), c[1] .. " within " .. mid .. " B")
+  end
+end
+
 return tests
