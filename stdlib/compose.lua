@@ -167,10 +167,12 @@ end
 -- layout's pass by what its layers read) takes part: each layer its
 -- outermost M.layers walks is kept (tape:echo_keep) under `key` (the run
 -- written out less what layers never read), the identity and the stack's
--- count in that simulator (the layers one M.layers call walks, layers 1
--- and 2, share its name). A later simulator under the same name, whose input and the
--- tensors the layers read besides it (externals: masks, rotary tables) are
--- alike, takes it in place of the walk (tape:echo_take), its ids mapped:
+-- number in that simulator (each group of layers, Sim:build_layers,
+-- numbered when first walked: layers 1 and 2 of one call and every
+-- micro-batch's walk of it share the name). A later walk under the same
+-- name, in this simulator or another, whose input and the tensors the
+-- layers read besides it (externals: masks, rotary tables) are alike,
+-- takes it in place of the walk (tape:echo_take), its ids mapped:
 -- the input and externals to this one's, the layer's parameters to this
 -- one's copy, the tensors it made to new ones. The tape refuses when the
 -- echo names any other tensor, or a checkpoint segment is open here and was
@@ -197,7 +199,7 @@ function M.is_keeping() return context ~= nil end
 -- that tells it from every other simulator the same run makes), or nil.
 function M.kept(identity)
   if context and identity then
-    return { cache = context.cache, key = context.key .. "|" .. identity, n = 0 }
+    return { cache = context.cache, key = context.key .. "|" .. identity, n = 0, stacks = {} }
   end
 end
 
@@ -249,8 +251,13 @@ function M.layers(S, layers, n, one, x, label, externals)
   local K = echo and S.kept and not S.keeping and S.kept -- outermost layers only
   local slot -- the stack's name among the kept layers
   if K then
-    K.n = K.n + 1
-    slot = K.key .. "#" .. K.n .. label
+    local s = K.stacks[G]
+    if not s then
+      K.n = K.n + 1
+      s = K.n
+      K.stacks[G] = s
+    end
+    slot = K.key .. "#" .. s .. label
   end
   -- the kept layer k's externals paired with this simulation's, or nil
   local function paired(k)
