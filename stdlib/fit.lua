@@ -232,7 +232,12 @@ end
 -- dozens of tables (a copy of each per combination cost more than the
 -- rest of the bookkeeping). Nothing downstream writes into a run's tables
 -- (tests/lua/test_fit.lua checks that fit.knobs leaves its run as it was).
-local function apply(run, levers)
+-- reads (optional): the layouts read so far (par.read's tables by the
+-- layout as written and the micro-batch default it takes from the run,
+-- run.grad_accum): a search applies a few layouts to dozens of
+-- combinations, and nothing edits a layout once read.
+local NO_BASE = {}
+local function apply(run, levers, reads)
   local r, touched = runs.shallow(run), {}
   local view = setmetatable({}, { -- the edits see r through it
     __index = function(_, k)
@@ -251,7 +256,14 @@ local function apply(run, levers)
     touched.parallel = true
     local where = run.parallel and run.parallel.where or "fit"
     local ok, L = pcall(function()
-      return par.check(par.read(r.parallel._spec, where, r), r, where)
+      local spec, L = r.parallel._spec, nil
+      local key = reads and runs.key(spec, NO_BASE) .. "|" .. tostring(r.grad_accum)
+      L = key and reads[key]
+      if not L then
+        L = par.read(spec, where, r)
+        if key then reads[key] = L end
+      end
+      return par.check(L, r, where)
     end)
     if not ok then
       if type(L) ~= "table" then error(L, 0) end -- a bug, not a refusal
@@ -302,6 +314,7 @@ function M.knobs(run, budget, depth)
   -- (parallel.lua M.search)
   local memo, by_run, search, steps, states = {}, {}, par.search(run, nil, true), {}, {}
   local kept = {} -- layers kept from one simulation for the next (compose.keeping)
+  local reads = {} -- layouts read (apply)
   -- key: the run's key (the body's too when no lever touched the optimizer)
   local function one_gpu(r, touched, key)
     local body = touched.optimizer and runs.key(r, run, OPTIMIZER, touched) or key
@@ -324,7 +337,7 @@ function M.knobs(run, budget, depth)
   -- the levers that edit the optimizer and nothing else
   local optimizer_bits = 0
   for k, m in ipairs(items) do
-    local r, touched = apply(run, { m })
+    local r, touched = apply(run, { m }, reads)
     if r and touched.optimizer and next(touched, next(touched)) == nil then
       optimizer_bits = optimizer_bits | (1 << (k - 1))
     end
@@ -333,7 +346,7 @@ function M.knobs(run, budget, depth)
     if not memo[mask] then
       local chosen = {}
       for k, m in ipairs(items) do if mask & (1 << (k - 1)) ~= 0 then chosen[#chosen + 1] = m end end
-      local r, touched = apply(run, chosen)
+      local r, touched = apply(run, chosen, reads)
       if r then
         -- what the levers changed, less what the device does not see
         -- a layout is read from its parallel: table as written (_spec) and
