@@ -555,18 +555,42 @@ end
 -- (stdlib/compose.lua M.keeping): what its layers read. The rank-local run
 -- written out against the search's run, less what no layer reads (the
 -- loss, the optimizer: step.UNREAD_BY_LAYERS; the layout itself, the
--- master dtype, which end of the model the stage holds), and what the pass
--- sets apart from the run: whether parameters hold their bytes (their
--- gradient edges carry them), the sequence-parallel split, the chunk an
--- interleaved stage runs. Passes of any role, layout or micro-batch count
--- that agree on it walk their layers alike on alike inputs: a stage's
--- first layer reads the embedding, a later stage's the activation it
--- received, which compose.layers tells apart.
+-- master dtype, which end of the model the stage holds) and with its text
+-- model as a layer reads it (layer_text), and what the pass sets apart
+-- from the run: whether parameters hold their bytes (their gradient edges
+-- carry them), the sequence-parallel split, an interleaved stage's chunk
+-- (whose layers are walked, never kept). Passes of any role, layout, stage
+-- count or micro-batch count that agree on it walk their layers alike on
+-- alike inputs: a stage's first layer reads the embedding, a later stage's
+-- the activation it received, which compose.layers tells apart.
 local LAYERS_SKIP = { parallel = true, master_dtype = true, stage = true }
 for k in pairs(step.UNREAD_BY_LAYERS) do LAYERS_SKIP[k] = true end
-local function layers_identity(lrun, L, base, mid, chunk_layers)
-  return table.concat({ run_key(lrun, base, LAYERS_SKIP), tostring(params_on_tape(scheme_of(L))),
-    tostring(L.sp), L.tp, L.vstages, chunk_layers, mid and "mid" or "" }, "|")
+
+-- A stage's text model as one of its layers reads it: the stage's layer
+-- count left out (a layer reads its own index's entries), and each
+-- per-layer list whose entries are all the same value written as that
+-- value (a stack kept across passes is a uniform one, models/decoder.lua,
+-- which reads the same at every index); a list that differs from layer to
+-- layer stays as the stage's slice.
+local function layer_text(m)
+  local t = shallow(m)
+  t.layers = nil
+  for k, v in pairs(m) do
+    if type(v) == "table" and #v == m.layers and m.layers > 0 then
+      local same = true
+      for i = 2, #v do
+        if v[i] ~= v[1] then same = false break end
+      end
+      if same then t[k] = { every_layer = v[1] } end
+    end
+  end
+  return t
+end
+
+local function layers_identity(lrun, L, base, mid)
+  return table.concat({ run_key(with(lrun, { text = layer_text(lrun.text) }), base, LAYERS_SKIP),
+    tostring(params_on_tape(scheme_of(L))), tostring(L.sp), L.tp, L.vstages, mid and "mid" or "" },
+    "|")
 end
 
 -- One pass of the role's step on a fresh simulator. held: bytes one
@@ -1034,10 +1058,13 @@ local function simulate(run, L, role, lrun, search, cutoff, measured)
     mkey = mkey or measure_key(lrun, L, role, search.base, measured)
     return mkey
   end
-  -- the pass's name for layers kept across a search's passes
+  -- the pass's name for layers kept across a search's passes, once
+  local names = {}
   local function named(mid)
-    return search and compose.is_keeping() and layers_identity(lrun, L, search.base, mid,
-      role.chunk_layers) or nil
+    if not (search and compose.is_keeping()) then return nil end
+    local k = mid and 2 or 1
+    names[k] = names[k] or layers_identity(lrun, L, search.base, mid)
+    return names[k]
   end
   local function measure() -- the measuring pass, when it is needed
     if role.inflight > 1 then
@@ -1066,7 +1093,7 @@ local function simulate(run, L, role, lrun, search, cutoff, measured)
     end
   end
   local st, info = pass(family, lrun, L, role, cutoff and measure or measure(), nil, cutoff,
-    lean, named())
+    lean, not (lean and lean.rec) and named() or nil) -- (a replay walks no layer)
   if not st then return nil end
   if lean and lean.made then search.replays[lean.key] = lean.made end
   info.held = held

@@ -460,7 +460,8 @@ end
 -- Layers kept from one layout's pass for another's (fit --gpus:
 -- stdlib/compose.lua M.keeping, named by what the layers read) change no
 -- figure: every layout's need, communication and host bytes with them and
--- with every layer walked, dense (checkpointed or not) and MoE, every
+-- with every layer walked, dense (checkpointed or not), MoE and MoE after
+-- a dense layer (pipeline stages with different slices of the model), every
 -- layout priced and under a budget that cuts passes off midway.
 function tests.layers_kept_across_layouts_change_no_figure()
   local compare = require("tests.lib.compare")
@@ -469,6 +470,11 @@ function tests.layers_kept_across_layouts_change_no_figure()
     { "dense, every layer checkpointed, eager", normalize(nil, { seq = 256, batch = 2,
       grad_checkpointing = "full", attention = "eager" }, { num_hidden_layers = 8 }) },
     { "MoE", normalize(nil, { seq = 256 }, { num_hidden_layers = 8 }, "qwen3_30b_a3b") },
+    -- a dense first layer, then MoE ones: stages hold different slices
+    { "MoE after a dense layer (MLA)", normalize(nil, { seq = 128, precision = { params = "bf16",
+      dequantize = true } }, { num_hidden_layers = 8, first_k_dense_replace = 1,
+      n_routed_experts = 8, num_experts_per_tok = 2, n_group = 1, topk_group = 1 },
+      "deepseek_v3") },
   }
   for _, c in ipairs(cases) do
     local all = compare.layouts(c[2], 8)
