@@ -182,6 +182,9 @@ end
 -- compares fit.knobs with and without.
 local context
 local KEPT_MAX = 4 -- layers kept under one name (inputs or externals not alike)
+-- a replay's casts: tape:echo_replay answers at most 1,024 ids, the
+-- output's and theirs (runtime/bind/ltape.c ECHO_QUERIES)
+local MAX_CASTS = 1023
 local NO_PAIRS = {} -- (read only)
 function M.keeping(cache, key, f, ...)
   local before = context
@@ -206,8 +209,7 @@ end
 -- one(i, x) runs layer i on x (dropping x) and returns its output; layers[i]
 -- holds layer i's parameters.
 --
--- Layers built as one group (Sim:build_layers) whose forward keeps no state
--- outside the tape (autocast's weight casts do) are echoed rather than
+-- Layers built as one group (Sim:build_layers) are echoed rather than
 -- walked again: the tape keeps layer 1's allocs, drops, retains, temps and
 -- nodes while doing them (tape:echo) and replays them (tape:echo_replay)
 -- with the layer's tensors new, its input the previous layer's output and
@@ -220,6 +222,15 @@ end
 -- layers (checkpointing every n-th layer or in segments, models/decoder.lua:
 -- the unit's parameters per copies of the group's). Anything else that
 -- spoils an echo (tape:echo_end false) leaves every simulated layer run.
+-- Under autocast the state a layer keeps outside the tape is its weight
+-- casts in autocast's cache (Sim:autocast_arg: a parameter's id to its
+-- cast, held until autocast exits): a replay puts the casts it made in the
+-- cache under its own parameters' ids, in the order the walk made them
+-- (the order the cache's pairs, and so the exit's drops, follow). A layer
+-- that casts a parameter of another layer, or runs inside a checkpoint
+-- segment opened around the stack (whose list of casts is Lua's too), is
+-- walked; so is every layer of a stack kept across simulations (M.keeping)
+-- under autocast.
 -- externals (optional): the tensors the layers read besides their input and
 -- parameters (masks, rotary tables: models/decoder.lua D.externals), by
 -- which a layer kept from another simulation is mapped (M.keeping); without
@@ -230,9 +241,8 @@ function M.layers(S, layers, n, one, x, label, externals)
   local G = mt and mt.group
   local per = mt and mt.per or 1
   local skip = mt and mt.skip or 0 -- the group's copies before unit 1 (walked layers)
-  -- (under autocast the walk's casts are the cache's, Lua state: walked)
-  local echo = not S.autocast and G and G.count >= skip + n * per
-    and (per > 1 or G.count == n + skip)
+  local echo = G and G.count >= skip + n * per and (per > 1 or G.count == n + skip)
+    and not (S.autocast and S.segment)
   local span = G and per * G.stride -- a unit's parameter ids
   -- unit i's first parameter id
   local function first_param(i) return G.first + skip * G.stride + (i - 1) * span end
@@ -241,14 +251,38 @@ function M.layers(S, layers, n, one, x, label, externals)
   -- its events name them -- its input (in_id), its first parameter (lo),
   -- its output's table (output) -- and the externals' {theirs, ours} pairs
   -- when another simulation kept it (pairs); each mapped to this one's
+  -- its casts (casts: {parameter id, cast} as made) when under autocast
   local function replay(i, input)
     local e = echo
     local ids = { e.in_id, input.id }
     for k = 1, #e.pairs do ids[#ids + 1] = e.pairs[k] end
-    return M.moved(e.output, tape:echo_replay(ids, e.lo, e.lo + span, first_param(i) - e.lo,
-      e.output.id))
+    local off = first_param(i) - e.lo
+    if not e.casts then
+      return M.moved(e.output, tape:echo_replay(ids, e.lo, e.lo + span, off, e.output.id))
+    end
+    local query = { e.output.id }
+    for k, c in ipairs(e.casts) do query[k + 1] = c[2].id end
+    local got = table.pack(tape:echo_replay(ids, e.lo, e.lo + span, off, query))
+    local cache = S.cast_cache
+    for k, c in ipairs(e.casts) do cache[c[1] + off] = M.moved(c[2], got[k + 1]) end
+    return M.moved(e.output, got[1])
   end
-  local K = echo and S.kept and not S.keeping and S.kept -- outermost layers only
+  -- the casts layer i made since `before` (the cache's keys then), in the
+  -- order it made them, or nil when one is not of its own parameters or
+  -- there are more than a replay answers for (an MoE layer's experts)
+  local function casts_of(i, before)
+    local made, lo = {}, first_param(i)
+    for k, c in pairs(S.cast_cache) do
+      if not before[k] then
+        if k < lo or k >= lo + span or #made == MAX_CASTS then return nil end
+        made[#made + 1] = { k, c }
+      end
+    end
+    table.sort(made, function(a, b) return a[2].id < b[2].id end)
+    return made
+  end
+  -- outermost layers only; not under autocast (a kept layer's casts)
+  local K = echo and not S.autocast and S.kept and not S.keeping and S.kept
   local slot -- the stack's name among the kept layers
   if K then
     local s = K.stacks[G]
@@ -289,12 +323,18 @@ function M.layers(S, layers, n, one, x, label, externals)
       end
       S.keeping = true -- layers composed inside this one are neither counted nor kept
     end
+    local before
+    if echo and S.autocast then
+      before = {}
+      for k in pairs(S.cast_cache) do before[k] = true end
+    end
     if echo then tape:echo() end
     local out = one(i, input)
     S.keeping = nil
     if echo then
-      echo = tape:echo_end() and { in_id = input.id, lo = first_param(i), pairs = NO_PAIRS,
-        output = out }
+      local casts = before and casts_of(i, before)
+      echo = tape:echo_end() and (casts or not before) and { in_id = input.id,
+        lo = first_param(i), pairs = NO_PAIRS, output = out, casts = casts }
       local kept = echo and list and #list < KEPT_MAX and tape:echo_keep()
       if kept then
         local ext = {}
