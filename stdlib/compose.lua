@@ -229,8 +229,9 @@ end
 -- (the order the cache's pairs, and so the exit's drops, follow). A layer
 -- that casts a parameter of another layer, or runs inside a checkpoint
 -- segment opened around the stack (whose list of casts is Lua's too), is
--- walked; so is every layer of a stack kept across simulations (M.keeping)
--- under autocast.
+-- walked, and a layer is replayed only where none of its casts is in the
+-- cache already (a walk would find it there and make none); a layer kept
+-- across simulations (M.keeping) carries its casts the same way.
 -- externals (optional): the tensors the layers read besides their input and
 -- parameters (masks, rotary tables: models/decoder.lua D.externals), by
 -- which a layer kept from another simulation is mapped (M.keeping); without
@@ -281,8 +282,16 @@ function M.layers(S, layers, n, one, x, label, externals)
     table.sort(made, function(a, b) return a[2].id < b[2].id end)
     return made
   end
-  -- outermost layers only; not under autocast (a kept layer's casts)
-  local K = echo and not S.autocast and S.kept and not S.keeping and S.kept
+  -- whether casts made as `casts` were, shifted by off, would be new to the
+  -- cache (a walk finding its casts there would make none)
+  local function fresh(casts, off)
+    for _, c in ipairs(casts or NO_PAIRS) do
+      if S.cast_cache[c[1] + off] then return false end
+    end
+    return true
+  end
+  local function replayable(i) return fresh(echo.casts, first_param(i) - echo.lo) end
+  local K = echo and S.kept and not S.keeping and S.kept -- outermost layers only
   local slot -- the stack's name among the kept layers
   if K then
     local s = K.stacks[G]
@@ -312,11 +321,12 @@ function M.layers(S, layers, n, one, x, label, externals)
       K.cache[slot] = list
       for _, k in ipairs(list) do -- (a few at most)
         local ext = k.span == span and alike(k.input, input) and paired(k)
-        if ext then
+        if ext and fresh(k.casts, first_param(i) - k.lo) then
           local ids = { k.input.id, input.id }
           for j = 1, #ext do ids[#ids + 1] = ext[j] end
           if tape:echo_take(k.echo, ids, k.lo, k.lo + span, first_param(i) - k.lo) then
-            echo = { in_id = k.input.id, lo = k.lo, pairs = ext, output = k.output }
+            echo = { in_id = k.input.id, lo = k.lo, pairs = ext, output = k.output,
+              casts = k.casts }
             return replay(i, input)
           end
         end
@@ -340,7 +350,7 @@ function M.layers(S, layers, n, one, x, label, externals)
         local ext = {}
         for j, t in ipairs(externals) do ext[j] = M.moved(t, t.id) end
         list[#list + 1] = { echo = kept, input = M.moved(input, input.id), lo = first_param(i),
-          span = span, externals = ext, output = M.moved(out, out.id) }
+          span = span, externals = ext, output = M.moved(out, out.id), casts = echo.casts }
       end
     end
     return out
@@ -350,7 +360,7 @@ function M.layers(S, layers, n, one, x, label, externals)
   local before, rbefore = tape:mark()
   local cached = S.autocast and {}
   for k in pairs(cached and S.cast_cache or {}) do cached[k] = true end
-  if echo and alike(first, x) then
+  if echo and alike(first, x) and replayable(2) then
     x = replay(2, x)
   else
     x = run(2, x)
@@ -361,7 +371,7 @@ function M.layers(S, layers, n, one, x, label, externals)
   local edges, nper, stride = middle_edges(layers, n)
   local bulk = tape:bulk(after - before - cl, rafter - rbefore - cr, n - 3, edges, nper or 0,
     label, stride)
-  x = echo and replay(n, x) or one(n, x)
+  x = echo and replayable(n) and replay(n, x) or one(n, x)
   tape:bulk_end(bulk)
   return x
 end
