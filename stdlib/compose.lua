@@ -268,13 +268,13 @@ function M.layers(S, layers, n, one, x, label, externals)
     for k, c in ipairs(e.casts) do cache[c[1] + off] = M.moved(c[2], got[k + 1]) end
     return M.moved(e.output, got[1])
   end
-  -- the casts layer i made since `before` (the cache's keys then), in the
+  -- the casts layer i made since `had` (the cache's keys then), in the
   -- order it made them, or nil when one is not of its own parameters or
   -- there are more than a replay answers for (an MoE layer's experts)
-  local function casts_of(i, before)
+  local function casts_of(i, had)
     local made, lo = {}, first_param(i)
     for k, c in pairs(S.cast_cache) do
-      if not before[k] then
+      if not had[k] then
         if k < lo or k >= lo + span or #made == MAX_CASTS then return nil end
         made[#made + 1] = { k, c }
       end
@@ -321,7 +321,9 @@ function M.layers(S, layers, n, one, x, label, externals)
       K.cache[slot] = list
       for _, k in ipairs(list) do -- (a few at most)
         local ext = k.span == span and alike(k.input, input) and paired(k)
-        if ext and fresh(k.casts, first_param(i) - k.lo) then
+        -- (kept under autocast exactly when its casts were listed)
+        local casts_ok = (k.casts ~= nil) == (S.autocast ~= nil)
+        if ext and casts_ok and fresh(k.casts, first_param(i) - k.lo) then
           local ids = { k.input.id, input.id }
           for j = 1, #ext do ids[#ids + 1] = ext[j] end
           if tape:echo_take(k.echo, ids, k.lo, k.lo + span, first_param(i) - k.lo) then
@@ -333,17 +335,17 @@ function M.layers(S, layers, n, one, x, label, externals)
       end
       S.keeping = true -- layers composed inside this one are neither counted nor kept
     end
-    local before
+    local had -- the cache's keys before the walk, under autocast
     if echo and S.autocast then
-      before = {}
-      for k in pairs(S.cast_cache) do before[k] = true end
+      had = {}
+      for k in pairs(S.cast_cache) do had[k] = true end
     end
     if echo then tape:echo() end
     local out = one(i, input)
     S.keeping = nil
     if echo then
-      local casts = before and casts_of(i, before)
-      echo = tape:echo_end() and (casts or not before) and { in_id = input.id,
+      local casts = had and casts_of(i, had)
+      echo = tape:echo_end() and (casts or not had) and { in_id = input.id,
         lo = first_param(i), pairs = NO_PAIRS, output = out, casts = casts }
       local kept = echo and list and #list < KEPT_MAX and tape:echo_keep()
       if kept then

@@ -256,14 +256,11 @@ local function apply(run, levers, reads)
     touched.parallel = true
     local where = run.parallel and run.parallel.where or "fit"
     local ok, L = pcall(function()
-      local spec, L = r.parallel._spec, nil
+      local spec = r.parallel._spec
       local key = reads and runs.key(spec, NO_BASE) .. "|" .. tostring(r.grad_accum)
-      L = key and reads[key]
-      if not L then
-        L = par.read(spec, where, r)
-        if key then reads[key] = L end
-      end
-      return par.check(L, r, where)
+      local read = key and reads[key] or par.read(spec, where, r)
+      if key then reads[key] = read end
+      return par.check(read, r, where)
     end)
     if not ok then
       if type(L) ~= "table" then error(L, 0) end -- a bug, not a refusal
