@@ -9,8 +9,8 @@
 #      /usr/bin/python3) on the decoder of examples/specs/qwen2_5_1_5b_full.yaml:
 #      one estimate in-process and one whole process each, as a ratio
 #   5. `vramlua estimate` on every example spec; fit --knobs, fit --gpus 8 (also
-#      on the 128-expert MoE spec), a 64 x 64 sweep, and one of each multi-GPU
-#      spec (compiled per layout)
+#      on the 128-expert MoE spec and the fp32-master FSDP spec), a 64 x 64
+#      sweep, and one of each multi-GPU spec (compiled per layout)
 # SECONDS: CPU seconds per in-process figure (default 0.5). Process times
 # are the median and the minimum wall time of RUNS runs (default 20). The
 # load average is printed first and last: on a shared machine, compare runs
@@ -116,8 +116,12 @@ PPO=examples/specs/qwen3_vl_4b_ppo.yaml
 echo "vramlua estimate $PPO (text, with its timeline): $(wall "$V" estimate "$PPO")"
 echo "vramlua fit $SPEC --gpu rtx4090 --knobs: $(wall "$V" fit "$SPEC" --gpu rtx4090 --knobs)"
 echo "vramlua fit $SPEC --gpu h100 --gpus 8: $(wall "$V" fit "$SPEC" --gpu h100 --gpus 8)"
-MOE=examples/specs/qwen3_30b_a3b_ep8_8gpu.yaml # 128 experts: the slowest layout search
+# the two slowest layout searches: 128 experts, and fp32 master weights
+# under autocast (every DDP layout walks its layers under autocast)
+MOE=examples/specs/qwen3_30b_a3b_ep8_8gpu.yaml
 echo "vramlua fit $MOE --gpu h100 --gpus 8: $(wall "$V" fit "$MOE" --gpu h100 --gpus 8)"
+FSDP=examples/specs/qwen3_4b_fsdp_cpu_offload.yaml
+echo "vramlua fit $FSDP --gpu h100 --gpus 8: $(wall "$V" fit "$FSDP" --gpu h100 --gpus 8)"
 echo "vramlua sweep $SPEC, 64 batches x 64 seqs: $(wall "$V" sweep "$SPEC" --batch 1:64:1 \
   --seq 64:4096:64 --gpu h100)"
 # multi-GPU layouts: the largest rank's device total, compiled per layout
