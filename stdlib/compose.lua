@@ -16,6 +16,25 @@ function M.enabled(S, n, run, units)
     and n >= 4 and (units or ((run.ckpt_every or 1) == 1 and (run.ckpt_segment or 1) == 1))
 end
 
+-- The keys of autocast's weight cache (Sim:autocast_arg: a parameter's id
+-- to its cast) now, as a set.
+local function cache_keys(S)
+  local had = {}
+  for k in pairs(S.cast_cache) do had[k] = true end
+  return had
+end
+
+-- The casts made since `had` (cache_keys then), {key, cast} in the order
+-- they were made (pairs' order varies from run to run).
+local function casts_since(S, had)
+  local made = {}
+  for k, c in pairs(S.cast_cache) do
+    if not had[k] then made[#made + 1] = { k, c } end
+  end
+  table.sort(made, function(a, b) return a[2].id < b[2].id end)
+  return made
+end
+
 -- Under autocast a layer's weight casts live in autocast's cache
 -- (Sim:autocast_arg) until autocast exits; those the cache alone holds (a
 -- checkpointed layer's: no node saved them) go then, not in backward. A
@@ -27,10 +46,9 @@ end
 -- layer's. cached: the cache's keys before layer 2.
 local function middle_casts(S, cached, iters)
   local tape, casts = S.tape, {}
-  for k, c in pairs(S.cast_cache) do
-    if not cached[k] and select(2, tape:bytes(c.id)) == 1 then casts[#casts + 1] = c end
+  for _, kc in ipairs(casts_since(S, cached)) do
+    if select(2, tape:bytes(kc[2].id)) == 1 then casts[#casts + 1] = kc[2] end
   end
-  table.sort(casts, function(a, b) return a.id < b.id end) -- (pairs' order varies)
   local l0, r0 = tape:live()
   local live, reserved = 0, 0
   -- keyed -1, -2, ... in this autocast region (the parameters' ids are
@@ -268,18 +286,15 @@ function M.layers(S, layers, n, one, x, label, externals)
     for k, c in ipairs(e.casts) do cache[c[1] + off] = M.moved(c[2], got[k + 1]) end
     return M.moved(e.output, got[1])
   end
-  -- the casts layer i made since `had` (the cache's keys then), in the
-  -- order it made them, or nil when one is not of its own parameters or
-  -- there are more than a replay answers for (an MoE layer's experts)
+  -- the casts layer i made since `had` (cache_keys then), in the order it
+  -- made them, or nil when one is not of its own parameters or there are
+  -- more than a replay answers for (an MoE layer's experts)
   local function casts_of(i, had)
-    local made, lo = {}, first_param(i)
-    for k, c in pairs(S.cast_cache) do
-      if not had[k] then
-        if k < lo or k >= lo + span or #made == MAX_CASTS then return nil end
-        made[#made + 1] = { k, c }
-      end
+    local made, lo = casts_since(S, had), first_param(i)
+    if #made > MAX_CASTS then return nil end
+    for _, kc in ipairs(made) do
+      if kc[1] < lo or kc[1] >= lo + span then return nil end
     end
-    table.sort(made, function(a, b) return a[2].id < b[2].id end)
     return made
   end
   -- whether casts made as `casts` were, shifted by off, would be new to the
@@ -335,11 +350,7 @@ function M.layers(S, layers, n, one, x, label, externals)
       end
       S.keeping = true -- layers composed inside this one are neither counted nor kept
     end
-    local had -- the cache's keys before the walk, under autocast
-    if echo and S.autocast then
-      had = {}
-      for k in pairs(S.cast_cache) do had[k] = true end
-    end
+    local had = echo and S.autocast and cache_keys(S) -- (before the walk)
     if echo then tape:echo() end
     local out = one(i, input)
     S.keeping = nil
@@ -360,8 +371,7 @@ function M.layers(S, layers, n, one, x, label, externals)
   local first = x
   x = run(1, x)
   local before, rbefore = tape:mark()
-  local cached = S.autocast and {}
-  for k in pairs(cached and S.cast_cache or {}) do cached[k] = true end
+  local cached = S.autocast and cache_keys(S)
   if echo and alike(first, x) and replayable(2) then
     x = replay(2, x)
   else
