@@ -152,6 +152,8 @@ static bool read_entries(lua_State *L, int idx, entry *local, entry **out, size_
   return true;
 }
 
+static bool write_entries(writer *w, const entry *e, size_t n, int depth);
+
 /* Writes the table at the top of the stack ("{" and its entries; the caller
  * closes it), run.lua's canonical(); false where that one is needed. */
 static bool write_table(writer *w, int depth) {
@@ -162,7 +164,15 @@ static bool write_table(writer *w, int depth) {
   w->seen[w->nseen++] = lua_topointer(L, t);
   entry local[CANON_LOCAL], *e = NULL;
   size_t n = 0;
-  if (!read_entries(L, t, local, &e, &n)) return false;
+  if (!read_entries(L, t, local, &e, &n) || !write_entries(w, e, n, depth)) return false;
+  lua_settop(L, t); /* the pairs and the entries */
+  return true;
+}
+
+/* "{" and the entries e[0 .. n) (sorted, their values on the stack), as
+ * write_table writes a table's; false where the Lua writer is needed. */
+static bool write_entries(writer *w, const entry *e, size_t n, int depth) {
+  lua_State *L = w->L;
   put(w, "{", 1);
   for (size_t i = 0; i < n; i++) {
     const entry *x = &e[i];
@@ -213,7 +223,6 @@ static bool write_table(writer *w, int depth) {
       }
     }
   }
-  lua_settop(L, t); /* the pairs and the entries */
   return true;
 }
 
@@ -229,13 +238,17 @@ static bool numbers_plain(lua_State *L) {
 /* The table at the top written out (canonical()'s text without its closing
  * brace) into w, whose buffer slot is `slot`; false where the Lua writer is
  * needed. The table stays on the stack. */
-static bool write_top(lua_State *L, writer *w, int slot) {
+static void writer_init(lua_State *L, writer *w, int slot) {
   w->L = L;
   w->slot = slot;
   w->p = w->small;
   w->n = 0;
   w->cap = sizeof w->small;
   w->nseen = 0;
+}
+
+static bool write_top(lua_State *L, writer *w, int slot) {
+  writer_init(L, w, slot);
   return write_table(w, 0);
 }
 
@@ -328,13 +341,20 @@ static int l_run_key(lua_State *L) {
     lua_pushnil(L);
     return 1;
   }
-  lua_newtable(L); /* 5: the fields that differ */
-  lua_pushnil(L);  /* 6: the writer's buffer, once it outgrows its own */
+  lua_pushnil(L); /* 5: the writer's buffer, once it outgrows its own */
   luaL_checkstack(L, 8, "run.key");
+  /* the fields that differ, each left on the stack as a pair (its key,
+   * then r's value) from slot 6 on: what canonical() writes of a table
+   * holding them, without making that table */
+  int first_pair = lua_gettop(L) + 1, npairs = 0;
   lua_pushnil(L);
   while (lua_next(L, iter)) {
     lua_pop(L, 1);
     int k = lua_gettop(L);
+    if (!lua_checkstack(L, 8)) {
+      lua_pushnil(L);
+      return 1;
+    }
     lua_pushvalue(L, k);
     if (lua_gettable(L, 1) == LUA_TNIL ||
         (has_skip && (lua_pushvalue(L, k), lua_rawget(L, 3), lua_toboolean(L, -1)))) {
@@ -351,11 +371,12 @@ static int l_run_key(lua_State *L) {
       return 1;
     }
     if (r == 0) {
-      lua_pushvalue(L, k);
-      lua_pushvalue(L, k + 1);
-      lua_rawset(L, 5);
+      lua_settop(L, k + 1);
+      lua_pushvalue(L, k); /* the key again, for lua_next: the pair stays below */
+      npairs++;
+    } else {
+      lua_settop(L, k);
     }
-    lua_settop(L, k);
   }
   /* the names base has and r lacks (not skipped), each left on the stack */
   int first = lua_gettop(L) + 1, ngone = 0;
@@ -390,13 +411,26 @@ static int l_run_key(lua_State *L) {
       ngone++;
     }
   }
-  /* in table.sort's order (the stack holds the strings) */
-  vb_bytes *names = (vb_bytes *)lua_newuserdatauv(L, (size_t)(ngone ? ngone : 1) * sizeof *names, 0);
+  /* in table.sort's order (the stack holds the strings and the pairs) */
+  vb_bytes local_names[CANON_LOCAL], *names = local_names;
+  if (ngone > CANON_LOCAL)
+    names = (vb_bytes *)lua_newuserdatauv(L, (size_t)ngone * sizeof *names, 0);
   for (int i = 0; i < ngone; i++) names[i].s = lua_tolstring(L, first + i, &names[i].n);
   qsort(names, (size_t)ngone, sizeof *names, vb_bytes_cmp);
+  entry local[CANON_LOCAL], *e = local;
+  if (npairs > CANON_LOCAL)
+    e = (entry *)lua_newuserdatauv(L, (size_t)npairs * sizeof *e, 0);
+  for (int i = 0; i < npairs; i++)
+    if (!read_one(L, first_pair + 2 * i, &e[i])) {
+      lua_pushnil(L);
+      return 1;
+    }
+  qsort(e, (size_t)npairs, sizeof *e, key_order);
   writer w;
-  lua_pushvalue(L, 5);
-  if (!write_top(L, &w, 6)) {
+  writer_init(L, &w, 5);
+  /* the table canonical() would write is met first: back-reference 1 */
+  w.seen[w.nseen++] = &w;
+  if (!write_entries(&w, e, (size_t)npairs, 0)) {
     lua_pushnil(L);
     return 1;
   }

@@ -190,18 +190,47 @@ static int l_fixed(lua_State *L) {
  * each rehashing what it holds (fit --knobs copies its run per lever
  * combination, a composed layer's tensors per replay). t must have no
  * metatable: pairs() would honour a __pairs this does not. */
+#define CLONE_STACKED 64
 static int l_clone(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   luaL_argcheck(L, !lua_getmetatable(L, 1), 1, "a table without a metatable");
+  lua_settop(L, 1);
   lua_Unsigned narr = lua_rawlen(L, 1);
+  /* One lua_next pass (each step looks the previous key up again, half a
+   * copy's cost) with the pairs left on the stack, up to CLONE_STACKED of
+   * them: a table that small is then made at its size and filled from
+   * the stack. A larger one is counted in a second pass instead. */
   int n = 0;
+  bool stacked = true;
   lua_pushnil(L);
   while (lua_next(L, 1)) {
-    lua_pop(L, 1);
-    if (n < INT_MAX) n++;
+    if (n < CLONE_STACKED && lua_checkstack(L, 3)) {
+      lua_pushvalue(L, -2); /* the key again, for lua_next: the pair stays below */
+      n++;
+      continue;
+    }
+    lua_settop(L, 1); /* too many to hold: count them all */
+    stacked = false;
+    n = 0;
+    lua_pushnil(L);
+    while (lua_next(L, 1)) {
+      lua_pop(L, 1);
+      if (n < INT_MAX) n++;
+    }
+    break;
   }
   int nrec = narr < (lua_Unsigned)n ? n - (int)narr : 0;
+  luaL_checkstack(L, 4, "vram.clone");
   lua_createtable(L, narr < INT_MAX ? (int)narr : INT_MAX, nrec);
+  if (stacked) {
+    /* pairs at 2, 3 (key, value), ...; each set from its own slots */
+    for (int i = 0; i < n; i++) {
+      lua_pushvalue(L, 2 + 2 * i);
+      lua_pushvalue(L, 3 + 2 * i);
+      lua_rawset(L, -3);
+    }
+    return 1;
+  }
   lua_pushnil(L);
   while (lua_next(L, 1)) {
     lua_pushvalue(L, -2);

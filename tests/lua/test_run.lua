@@ -270,6 +270,18 @@ function tests.the_runtime_keys_a_run_as_the_lua_key_does()
     T.eq(vram.run_key(c[2], c[3]), nil, c[1])
     T.eq(R.key(c[2], c[3]), R.key_lua(c[2], c[3]), c[1] .. ": run.key")
   end
+  -- more fields changed and more gone than the runtime holds in place (16)
+  local wide = R.copy(base)
+  local gone = R.copy(base)
+  for i = 1, 40 do
+    wide["f" .. i] = i % 3 == 0 and { i, i / 2 } or i / 4
+    gone["f" .. i] = i
+  end
+  for i = 1, 25 do gone["g" .. i] = true end
+  T.eq(vram.run_key(wide, base), R.key_lua(wide, base))
+  T.eq(vram.run_key(base, gone), R.key_lua(base, gone))
+  T.eq(vram.run_key(wide, gone), R.key_lua(wide, gone))
+  T.ok(#vram.run_key(base, gone) > 200, "the names written")
   -- r itself may have one: r[k] is read as Lua reads it
   local over = setmetatable({ batch = 3 }, { __index = base })
   T.eq(vram.run_key(over, base, nil, { batch = true, seq = true }),

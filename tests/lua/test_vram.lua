@@ -218,6 +218,16 @@ function tests.clone_should_copy_a_plain_table_shallowly()
   c.a = 2
   T.eq(t.a, 1)
   T.eq(next(vram.clone({})), nil)
+  -- past the 64 pairs it copies from the stack, and with an array part
+  for _, n in ipairs({ 63, 64, 65, 200 }) do
+    local big = {}
+    for i = 1, n do big["k" .. i] = i; big[i] = -i end
+    local cb = vram.clone(big)
+    local count = 0
+    for k, v in pairs(cb) do count = count + 1; T.eq(big[k], v, n .. ": " .. tostring(k)) end
+    T.eq(count, 2 * n, n .. " pairs each way")
+    T.eq(#cb, n)
+  end
   T.raises(function() vram.clone(setmetatable({}, {})) end, "a table without a metatable")
   T.raises(function() vram.clone(3) end, "table expected")
   local runs = require("stdlib.run")
