@@ -606,8 +606,7 @@ end
 -- a pass with the same forward and backward (simulate's key) } to replay,
 -- or { } to run and record (lean.made, once the pass is complete).
 -- identity (optional): layers_identity, under compose.keeping.
-local function pass(family, run, L, role, held, mid, cutoff, lean, identity)
-  local S = step.new_sim(run, identity)
+local function run_pass(S, family, run, L, role, held, mid, cutoff, lean)
   if run.timeline and held then S.tape:timeline(true) end -- the step's pass, drawn
   if L.sp then
     -- row-parallel outputs and the embedding are reduce-scattered over tp;
@@ -1010,6 +1009,16 @@ local function pass(family, run, L, role, held, mid, cutoff, lean, identity)
   st.baseline, st.phase_end = base, st_ends
   st.param_count, st.trainable_count = total, trainable
   if lean then lean.made = rec end
+  return st, info
+end
+
+-- The pass on a simulator of its own, whose tape goes to the next one
+-- once the pass is over (step.new_sim's S.recycle): what the pass returns
+-- holds no tape.
+local function pass(family, run, L, role, held, mid, cutoff, lean, identity)
+  local S = step.new_sim(run, identity)
+  local st, info = run_pass(S, family, run, L, role, held, mid, cutoff, lean)
+  if S.recycle then S.tape:recycle() end
   return st, info
 end
 

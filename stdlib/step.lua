@@ -198,6 +198,10 @@ function M.new_sim(run, identity)
   if run.trace then S.tape:trace(run.batch, run.seq) end -- a compiled-estimate probe
   if run.timeline then S.tape:timeline(true) end -- a report draws the step
   S.jit = xla.rules(run) -- a jitted framework's rules (stdlib/frameworks/jax.lua), or nil
+  -- once the simulation is over its tape goes to the next one
+  -- (tape:recycle), unless it drew a timeline or traced a program: those
+  -- stay readable (a caller may read the events, tests/lua/test_compose.lua)
+  S.recycle = not (run.timeline or run.trace)
   return S
 end
 
@@ -209,11 +213,13 @@ function M.timeline(S)
 end
 
 -- A probe's trace and the names its ops refer to (stdlib/compiled.lua).
+-- The simulation is over: its tape goes to the next one (S.recycle).
 function M.finish_trace(S, st)
   st.trace = S.tape:take_trace()
   if st.trace then st.names = S.tape:names() end
   st.timeline = M.timeline(S)
   if st.timeline then st.timeline.skipped_decode = S.timeline_skipped end
+  if S.recycle then S.tape:recycle() end
   return st
 end
 

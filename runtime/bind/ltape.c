@@ -130,11 +130,54 @@ static int intern(lua_State *L, ltape *u, vr_tape *t, const char *name, const ch
   return k;
 }
 
+/* Tapes given back by t:recycle(), each with its box's labels (a
+ * simulation's tape is done once its stats are read, and the next one
+ * would grow the same vectors again, copying each at every doubling, and
+ * intern the same labels): vram.tape() takes the last one. A userdata in
+ * the registry under SPARES_KEY, whose __gc frees those left. */
+#define SPARES 4
+#define SPARES_KEY "vramlua.tape_spares"
+typedef struct {
+  int n;
+  vr_tape *t[SPARES];
+  seen_label seen[SPARES][SEEN];
+} spares;
+
+static int l_spares_gc(lua_State *L) {
+  spares *sp = (spares *)lua_touserdata(L, 1);
+  while (sp->n > 0) vr_tape_free(sp->t[--sp->n]);
+  return 0;
+}
+
+/* The state's spares (made on first use when `make`), or NULL; pushes nothing. */
+static spares *get_spares(lua_State *L, bool make) {
+  spares *sp = NULL;
+  if (lua_getfield(L, LUA_REGISTRYINDEX, SPARES_KEY) == LUA_TUSERDATA)
+    sp = (spares *)lua_touserdata(L, -1);
+  lua_pop(L, 1);
+  if (sp || !make) return sp;
+  sp = (spares *)lua_newuserdatauv(L, sizeof *sp, 0);
+  sp->n = 0;
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, l_spares_gc);
+  lua_setfield(L, -2, "__gc");
+  lua_setmetatable(L, -2);
+  lua_setfield(L, LUA_REGISTRYINDEX, SPARES_KEY);
+  return sp;
+}
+
 static int l_new(lua_State *L) {
+  spares *sp = get_spares(L, false);
   ltape *u = (ltape *)lua_newuserdatauv(L, sizeof *u, 0);
   vr_mem mem;
   memset(u, 0, sizeof *u);
   luaL_setmetatable(L, TAPE);
+  if (sp && sp->n > 0) {
+    sp->n--;
+    u->t = sp->t[sp->n];
+    memcpy(u->seen, sp->seen[sp->n], sizeof u->seen);
+    return 1;
+  }
   /* the state's allocator: the host's memory budget covers the tape */
   mem.fn = lua_getallocf(L, &mem.ud);
   u->t = vr_tape_new(&mem);
@@ -1093,6 +1136,25 @@ static int l_reset(lua_State *L) {
   return 0;
 }
 
+/* t:recycle(): t is done with; its memory goes to the next vram.tape()
+ * (what that returns is a fresh tape). t is closed from now on, as after
+ * its __close. */
+static int l_recycle(lua_State *L) {
+  ltape *u = box(L);
+  spares *sp = get_spares(L, true);
+  vr_tape *t = tape(L, u); /* after the spares are made: a finalizer may close it */
+  u->t = NULL;
+  if (sp->n >= SPARES) {
+    vr_tape_free(t);
+    return 0;
+  }
+  vr_tape_recycle(t);
+  sp->t[sp->n] = t;
+  memcpy(sp->seen[sp->n], u->seen, sizeof u->seen);
+  sp->n++;
+  return 0;
+}
+
 static int l_gc(lua_State *L) {
   ltape *u = (ltape *)luaL_checkudata(L, 1, TAPE);
   vr_tape_free(u->t);
@@ -1126,7 +1188,7 @@ static const luaL_Reg methods[] = {
     {"timeline_event", l_timeline_event}, {"timeline_repeat", l_timeline_repeat},
     {"timeline_collect", l_timeline_collect}, {"capture", l_capture},
     {"capture_end", l_capture_end}, {"capture_repeat", l_capture_repeat},
-    {"node_of", l_node_of}, {"drop_of", l_drop_of}, {"echo", l_echo},
+    {"node_of", l_node_of}, {"recycle", l_recycle}, {"drop_of", l_drop_of}, {"echo", l_echo},
     {"echo_end", l_echo_end}, {"echo_replay", l_echo_replay}, {"echo_keep", l_echo_keep},
     {"echo_take", l_echo_take},
     {"live_by_category", l_live_by_category}, {"window", l_window},

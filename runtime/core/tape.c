@@ -249,6 +249,38 @@ void vr_tape_reset(vr_tape *t) {
   t->st.peak_phase = t->phase;
 }
 
+/* What a fresh tape is, in a used one's memory: every field as vr_tape_new
+ * leaves it, the vectors empty at the capacity they reached, and the
+ * interned strings kept at their indexes ("setup" still string 0). */
+void vr_tape_recycle(vr_tape *t) {
+  free_bulks(t);
+  vr_trace_free(t->trace);
+  vr_tape keep = *t;
+  memset(t, 0, sizeof *t);
+  t->mem = keep.mem;
+#define KEEP_EMPTY(vec)       \
+  do {                        \
+    t->vec.v = keep.vec.v;    \
+    t->vec.cap = keep.vec.cap; \
+  } while (0)
+  KEEP_EMPTY(tensors);
+  KEEP_EMPTY(nodes);
+  KEEP_EMPTY(ids);
+  KEEP_EMPTY(edges);
+  KEEP_EMPTY(events);
+  KEEP_EMPTY(tl);
+  KEEP_EMPTY(tlp);
+  KEEP_EMPTY(cap);
+  KEEP_EMPTY(phase_peak);
+  for (int i = 0; i < VR_ECHO_DEPTH; i++) KEEP_EMPTY(echo[i].ev);
+#undef KEEP_EMPTY
+  t->strings = keep.strings;
+  t->chars = keep.chars;
+  t->slot_of = keep.slot_of;
+  t->nslots = keep.nslots;
+  vr_tape_reset(t);
+}
+
 static uint32_t hash(const char *s) {
   uint32_t h = 2166136261u;
   for (; *s; s++) h = (h ^ (uint8_t)*s) * 16777619u;

@@ -73,6 +73,10 @@ const char *vr_tape_error(vr_status st);
 vr_tape *vr_tape_new(const vr_mem *mem);
 void vr_tape_free(vr_tape *t);
 void vr_tape_reset(vr_tape *t);
+/* Makes t what vr_tape_new returns, reusing its memory: its vectors keep
+ * their capacity (a tape grows them by doublings, each a copy) and its
+ * interned strings their indexes. */
+void vr_tape_recycle(vr_tape *t);
 
 /* Labels and phases are interned; the index is stable. The table grows;
  * past 2^20 distinct strings it is full (VR_ELABELS), never a silent drop. */

@@ -673,6 +673,42 @@ function tests.a_closed_tape_should_refuse_methods()
   T.raises(function() outer:alloc(1, "weights") end, "tape is closed")
 end
 
+-- A recycled tape is closed; the next vram.tape() is a fresh tape in its
+-- memory (its numbers those of a new one, its labels its own), however the
+-- recycled one was left; recycling more than the spares hold frees the rest.
+function tests.a_recycled_tape_should_close_and_the_next_be_fresh()
+  local function step(t)
+    local w = t:param(400, "weights", "w")
+    local x = t:alloc(100, "inputs", "x")
+    local y = t:alloc(200, "activations", "linear")
+    t:node({ x, w }, { w, 400 }, { y }, 0, "linear")
+    t:drop(x)
+    t:phase("backward")
+    t:backward(y)
+    return t:stats()
+  end
+  local want = step(vram.tape())
+  local used = vram.tape()
+  used:rounding(512, 1 << 20, 2 << 20)
+  used:timeline(true)
+  used:alloc(1000, "temporaries", "left.over")
+  used:ckpt_begin()
+  used:recycle()
+  T.eq(tostring(used), "vram.tape (closed)")
+  T.raises(function() used:live() end, "tape is closed")
+  T.raises(function() used:recycle() end, "tape is closed")
+  local again = vram.tape()
+  local got = step(again)
+  for _, k in ipairs({ "live", "peak", "reserved", "peak_reserved", "peak_phase", "peak_label" }) do
+    T.eq(got[k], want[k], k)
+  end
+  T.eq(again:timeline_len(), 0)
+  local many = {}
+  for i = 1, 12 do many[i] = vram.tape() end
+  for i = 1, 12 do many[i]:recycle() end
+  for i = 1, 12 do T.eq(vram.tape():live(), 0) end
+end
+
 -- ------------------------------------------------------------ hostile lists (issue 10)
 
 -- A list whose __len closes the tape through a to-be-closed variable.

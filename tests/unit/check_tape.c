@@ -796,6 +796,55 @@ START_TEST(reset_should_empty_the_tape_for_reuse) {
 }
 END_TEST
 
+/* Recycled (vr_tape_recycle), a tape that was left in every state a
+ * front end can leave one in -- rounding set, a timeline on, a checkpoint
+ * segment, an echo and a window open, a capture ready -- is a fresh one:
+ * the same step gives the same numbers from id 0, with no rounding, no
+ * timeline and nothing open; only its interned strings are kept. */
+START_TEST(a_recycled_tape_should_be_a_fresh_one) {
+  int64_t W, L;
+  linear_then_loss(&W, &L);
+  OK(vr_tape_phase(t, "backward"));
+  OK(vr_tape_backward(t, L));
+  vr_tape_stats fresh = stats();
+  int extra = intern("left.over");
+  vr_tape_rounding(t, 512, 1 << 20, 2 << 20);
+  vr_tape_timeline(t, true);
+  vr_tape_window_open(t);
+  OK(vr_tape_capture_begin(t));
+  alloc(1000, VR_CAT_TEMP);
+  int64_t stride = 0, first = 0;
+  OK(vr_tape_capture_end(t, &stride, &first));
+  OK(vr_tape_ckpt_begin(t));
+  OK(vr_tape_echo_begin(t));
+  alloc(3, VR_CAT_ACTIV);
+  vr_tape_recycle(t);
+  vr_tape_stats s = stats();
+  ck_assert_int_eq(s.live, 0);
+  ck_assert_int_eq(s.peak, 0);
+  ck_assert_int_eq(s.reserved, 0);
+  ck_assert_int_eq(s.peak_label, -1);
+  ck_assert_str_eq(peak_phase(), "setup");
+  ck_assert_str_eq(vr_tape_string(t, extra), "left.over");
+  ck_assert_int_eq(vr_tape_capture_repeat(t, 1), VR_ECOMPOSE); /* no capture ready */
+  ck_assert_int_eq(vr_tape_echo_end(t, &(bool){false}), VR_ENOTRECORD);
+  int64_t W2, L2;
+  linear_then_loss(&W2, &L2);
+  ck_assert_int_eq(W2, 0);
+  ck_assert_uint_eq(vr_tape_timeline_len(t), 0);
+  OK(vr_tape_phase(t, "backward"));
+  OK(vr_tape_backward(t, L2)); /* (would refuse inside a segment) */
+  s = stats();
+  ck_assert_int_eq(s.live, fresh.live);
+  ck_assert_int_eq(s.peak, fresh.peak);
+  ck_assert_int_eq(s.reserved, fresh.reserved); /* unrounded */
+  ck_assert_int_eq(s.peak_reserved, fresh.peak_reserved);
+  ck_assert_int_eq(s.peak_label, fresh.peak_label);
+  ck_assert_str_eq(peak_phase(), "backward");
+  ck_assert_int_eq(phase_peak("backward"), 1104);
+}
+END_TEST
+
 START_TEST(many_tensors_and_nodes_should_grow_the_tape) {
   /* a chain of 10000 ops, each 8 bytes, every output saved by the next op
    * and dropped by the front end: forward keeps 10000 * 8 */
@@ -1442,6 +1491,7 @@ static Suite *tape_suite(void) {
   tc = tcase_create("reset");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, reset_should_empty_the_tape_for_reuse);
+  tcase_add_test(tc, a_recycled_tape_should_be_a_fresh_one);
   suite_add_tcase(s, tc);
   return s;
 }
