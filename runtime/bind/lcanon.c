@@ -42,20 +42,28 @@ typedef struct {
   char small[1024];
 } writer;
 
-static void put(writer *w, const char *s, size_t n) {
-  if (n > w->cap - w->n) {
-    size_t cap = w->cap;
-    while (n > cap - w->n) {
-      if (cap > SIZE_MAX / 2) luaL_error(w->L, "vram.canonical: the text is too long");
-      cap *= 2;
-    }
-    char *p = (char *)lua_newuserdatauv(w->L, cap, 0);
-    memcpy(p, w->p, w->n);
-    lua_replace(w->L, w->slot);
-    w->p = p;
-    w->cap = cap;
+/* Room for n more bytes: the buffer moved to a larger userdata. */
+static void __attribute__((noinline)) grow(writer *w, size_t n) {
+  size_t cap = w->cap;
+  while (n > cap - w->n) {
+    if (cap > SIZE_MAX / 2) luaL_error(w->L, "vram.canonical: the text is too long");
+    cap *= 2;
   }
-  memcpy(w->p + w->n, s, n);
+  char *p = (char *)lua_newuserdatauv(w->L, cap, 0);
+  memcpy(p, w->p, w->n);
+  lua_replace(w->L, w->slot);
+  w->p = p;
+  w->cap = cap;
+}
+
+/* (a key is written a few bytes at a time: the copy inline) */
+static inline void put(writer *w, const char *s, size_t n) {
+  if (n > w->cap - w->n) grow(w, n);
+  char *d = w->p + w->n;
+  if (n <= 16)
+    for (size_t i = 0; i < n; i++) d[i] = s[i];
+  else
+    memcpy(d, s, n);
   w->n += n;
 }
 
@@ -72,6 +80,37 @@ static void put_int(writer *w, lua_Integer i) {
   /* the magnitude in unsigned arithmetic: -LUA_MININTEGER does not exist */
   unsigned long long u = i < 0 ? 0ull - (unsigned long long)i : (unsigned long long)i;
   put_uint(w, u, i < 0);
+}
+
+/* tostring's text of a float, lua_tolstring's own, remembered by the
+ * float's bits for the few floats a search's keys repeat (a weight decay,
+ * an alpha): Lua writes one with snprintf, ~3,000 instructions. The text
+ * depends on the float alone (the sandbox cannot change the locale). */
+#define FLOAT_TEXTS 16
+static struct {
+  uint64_t bits;
+  uint8_t len; /* 0: empty slot */
+  char text[32]; /* %.14g of a double: 22 at most */
+} float_texts[FLOAT_TEXTS];
+
+static void put_float(writer *w, lua_Number f) {
+  uint64_t bits = 0;
+  memcpy(&bits, &f, sizeof f < sizeof bits ? sizeof f : sizeof bits);
+  unsigned slot = (unsigned)((bits * 0x9e3779b97f4a7c15u) >> 60) % FLOAT_TEXTS;
+  if (float_texts[slot].len > 0 && float_texts[slot].bits == bits) {
+    put(w, float_texts[slot].text, float_texts[slot].len);
+    return;
+  }
+  lua_pushnumber(w->L, f);
+  size_t len = 0;
+  const char *s = lua_tolstring(w->L, -1, &len);
+  put(w, s, len);
+  if (len > 0 && len <= sizeof float_texts[slot].text) {
+    float_texts[slot].bits = bits;
+    float_texts[slot].len = (uint8_t)len;
+    memcpy(float_texts[slot].text, s, len);
+  }
+  lua_pop(w->L, 1);
 }
 
 /* "5:batch" as run.key writes a string: its length in bytes, then itself. */
@@ -129,6 +168,21 @@ static bool read_one(lua_State *L, int k, entry *x) {
   return true;
 }
 
+/* e sorted by key_order: by insertion (a table written here has a handful
+ * of keys, for which qsort's calls through a pointer cost more). */
+static void sort_entries(entry *e, size_t n) {
+  if (n > 16) {
+    qsort(e, n, sizeof *e, key_order);
+    return;
+  }
+  for (size_t i = 1; i < n; i++) {
+    entry x = e[i];
+    size_t j = i;
+    for (; j > 0 && key_order(&e[j - 1], &x) > 0; j--) e[j] = e[j - 1];
+    e[j] = x;
+  }
+}
+
 /* The table at idx, its pairs pushed on the stack in one lua_next pass and
  * read into `local` (up to CANON_LOCAL keys) or an array pushed after
  * them, sorted; false where read_one refuses (or the stack cannot hold
@@ -146,7 +200,7 @@ static bool read_entries(lua_State *L, int idx, entry *local, entry **out, size_
   entry *e = n <= CANON_LOCAL ? local : (entry *)lua_newuserdatauv(L, n * sizeof *e, 0);
   for (size_t i = 0; i < n; i++)
     if (!read_one(L, base + 1 + 2 * (int)i, &e[i])) return false;
-  qsort(e, n, sizeof *e, key_order);
+  sort_entries(e, n);
   *out = e;
   *count = n;
   return true;
@@ -193,12 +247,8 @@ static bool write_entries(writer *w, const entry *e, size_t n, int depth) {
         put_str(w, "number:");
         if (x->vint) {
           put_int(w, x->vi);
-        } else { /* tostring's text of the float: lua_tolstring's own */
-          lua_pushnumber(L, x->vf);
-          size_t len = 0;
-          const char *s = lua_tolstring(L, -1, &len);
-          put(w, s, len);
-          lua_pop(L, 1);
+        } else {
+          put_float(w, x->vf);
         }
         put(w, ",", 1);
         break;
@@ -425,7 +475,7 @@ static int l_run_key(lua_State *L) {
       lua_pushnil(L);
       return 1;
     }
-  qsort(e, (size_t)npairs, sizeof *e, key_order);
+  sort_entries(e, (size_t)npairs);
   writer w;
   writer_init(L, &w, 5);
   /* the table canonical() would write is met first: back-reference 1 */
