@@ -593,7 +593,7 @@ local function layers_identity(lrun, L, base, mid)
     "|")
 end
 
--- One pass of the role's step on a fresh simulator. held: bytes one
+-- One pass of the role's step on S, a fresh simulator (pass below). held: bytes one
 -- micro-batch's forward leaves held, or a function giving them, asked only
 -- once the step is not cut off (nil on the measuring pass). cutoff
 -- (optional): function(live, reserved) true when a rank holding that much
@@ -605,7 +605,6 @@ end
 -- lean (optional, a step's pass under a lean search): { rec = a record of
 -- a pass with the same forward and backward (simulate's key) } to replay,
 -- or { } to run and record (lean.made, once the pass is complete).
--- identity (optional): layers_identity, under compose.keeping.
 local function run_pass(S, family, run, L, role, held, mid, cutoff, lean)
   if run.timeline and held then S.tape:timeline(true) end -- the step's pass, drawn
   if L.sp then
@@ -1014,7 +1013,8 @@ end
 
 -- The pass on a simulator of its own, whose tape goes to the next one
 -- once the pass is over (step.new_sim's S.recycle): what the pass returns
--- holds no tape.
+-- holds no tape. identity (optional): layers_identity, under
+-- compose.keeping.
 local function pass(family, run, L, role, held, mid, cutoff, lean, identity)
   local S = step.new_sim(run, identity)
   local st, info = run_pass(S, family, run, L, role, held, mid, cutoff, lean)

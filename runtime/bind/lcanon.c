@@ -170,8 +170,9 @@ static bool read_one(lua_State *L, int k, entry *x) {
 
 /* e sorted by key_order: by insertion (a table written here has a handful
  * of keys, for which qsort's calls through a pointer cost more). */
+#define SORT_INSERTION 16
 static void sort_entries(entry *e, size_t n) {
-  if (n > 16) {
+  if (n > SORT_INSERTION) {
     qsort(e, n, sizeof *e, key_order);
     return;
   }
@@ -183,11 +184,22 @@ static void sort_entries(entry *e, size_t n) {
   }
 }
 
-/* The table at idx, its pairs pushed on the stack in one lua_next pass and
- * read into `local` (up to CANON_LOCAL keys) or an array pushed after
- * them, sorted; false where read_one refuses (or the stack cannot hold
- * them). */
+/* The n pairs the stack holds from slot `first` on (key, value, key, ...)
+ * read into `local` (up to CANON_LOCAL of them) or an array pushed after
+ * them, sorted; false where read_one refuses one. */
 #define CANON_LOCAL 16
+static bool read_pairs(lua_State *L, int first, size_t n, entry *local, entry **out) {
+  entry *e = n <= CANON_LOCAL ? local : (entry *)lua_newuserdatauv(L, n * sizeof *e, 0);
+  for (size_t i = 0; i < n; i++)
+    if (!read_one(L, first + 2 * (int)i, &e[i])) return false;
+  sort_entries(e, n);
+  *out = e;
+  return true;
+}
+
+/* The table at idx, its pairs pushed on the stack in one lua_next pass and
+ * read as read_pairs reads them; false where read_one refuses (or the
+ * stack cannot hold them). */
 static bool read_entries(lua_State *L, int idx, entry *local, entry **out, size_t *count) {
   int base = lua_gettop(L);
   size_t n = 0;
@@ -197,13 +209,8 @@ static bool read_entries(lua_State *L, int idx, entry *local, entry **out, size_
     lua_pushvalue(L, -2); /* the key again, for lua_next: the pair stays below */
     n++;
   }
-  entry *e = n <= CANON_LOCAL ? local : (entry *)lua_newuserdatauv(L, n * sizeof *e, 0);
-  for (size_t i = 0; i < n; i++)
-    if (!read_one(L, base + 1 + 2 * (int)i, &e[i])) return false;
-  sort_entries(e, n);
-  *out = e;
   *count = n;
-  return true;
+  return read_pairs(L, base + 1, n, local, out);
 }
 
 static bool write_entries(writer *w, const entry *e, size_t n, int depth);
@@ -467,15 +474,11 @@ static int l_run_key(lua_State *L) {
     names = (vb_bytes *)lua_newuserdatauv(L, (size_t)ngone * sizeof *names, 0);
   for (int i = 0; i < ngone; i++) names[i].s = lua_tolstring(L, first + i, &names[i].n);
   qsort(names, (size_t)ngone, sizeof *names, vb_bytes_cmp);
-  entry local[CANON_LOCAL], *e = local;
-  if (npairs > CANON_LOCAL)
-    e = (entry *)lua_newuserdatauv(L, (size_t)npairs * sizeof *e, 0);
-  for (int i = 0; i < npairs; i++)
-    if (!read_one(L, first_pair + 2 * i, &e[i])) {
-      lua_pushnil(L);
-      return 1;
-    }
-  sort_entries(e, (size_t)npairs);
+  entry local[CANON_LOCAL], *e = NULL;
+  if (!read_pairs(L, first_pair, (size_t)npairs, local, &e)) {
+    lua_pushnil(L);
+    return 1;
+  }
   writer w;
   writer_init(L, &w, 5);
   /* the table canonical() would write is met first: back-reference 1 */
