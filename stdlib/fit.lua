@@ -311,6 +311,7 @@ function M.knobs(run, budget, depth)
   -- (parallel.lua M.search)
   local memo, by_run, search, steps, states = {}, {}, par.search(run, nil, true), {}, {}
   local kept = {} -- layers kept from one simulation for the next (compose.keeping)
+  local setups = {} -- models built, by the run less what no setup reads (step.sharing_setup)
   local reads = {} -- layouts read (apply)
   -- key: the run's key (the body's too when no lever touched the optimizer)
   local function one_gpu(r, touched, key)
@@ -318,10 +319,11 @@ function M.knobs(run, budget, depth)
     local st = steps[body] and swap.price(steps[body], r, states)
     if st then return frameworks.need(frameworks.of(r), st.peak_reserved), st end
     local rec = swap.recorder()
-    -- layers walked as in a run that differed only in its loss or optimizer
-    -- (stdlib/compose.lua M.keeping)
-    local need, st = compose.keeping(kept, runs.key(r, run, TRUNK_SKIP, touched), M.need, r,
-      nil, rec)
+    -- layers walked and the model built as in a run that differed only in
+    -- its loss or optimizer (stdlib/compose.lua M.keeping, step.sharing_setup)
+    local trunk = runs.key(r, run, TRUNK_SKIP, touched)
+    local need, st = compose.keeping(kept, trunk, step.sharing_setup, setups, trunk, r, M.need,
+      r, nil, rec)
     if swap.ready(rec) then steps[body] = steps[body] or rec end
     return need, st
   end

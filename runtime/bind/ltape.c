@@ -1136,6 +1136,18 @@ static int l_reset(lua_State *L) {
   return 0;
 }
 
+/* t:assign(src): t becomes a copy of src (vr_tape_assign), which must be
+ * at rest. Labels take src's indexes, and t src's cache of them. */
+static int l_assign(lua_State *L) {
+  ltape *u = box(L);
+  ltape *from = (ltape *)luaL_checkudata(L, 2, TAPE);
+  vr_tape *t = tape(L, u), *src = tape(L, from);
+  vr_status st = vr_tape_assign(t, src);
+  if (st) return fail(L, "assign", st);
+  if (t != src) memcpy(u->seen, from->seen, sizeof u->seen);
+  return 0;
+}
+
 /* t:recycle(): t is done with; its memory goes to the next vram.tape()
  * (what that returns is a fresh tape). t is closed from now on, as after
  * its __close. */
@@ -1188,7 +1200,7 @@ static const luaL_Reg methods[] = {
     {"timeline_event", l_timeline_event}, {"timeline_repeat", l_timeline_repeat},
     {"timeline_collect", l_timeline_collect}, {"capture", l_capture},
     {"capture_end", l_capture_end}, {"capture_repeat", l_capture_repeat},
-    {"node_of", l_node_of}, {"recycle", l_recycle}, {"drop_of", l_drop_of}, {"echo", l_echo},
+    {"node_of", l_node_of}, {"recycle", l_recycle}, {"assign", l_assign}, {"drop_of", l_drop_of}, {"echo", l_echo},
     {"echo_end", l_echo_end}, {"echo_replay", l_echo_replay}, {"echo_keep", l_echo_keep},
     {"echo_take", l_echo_take},
     {"live_by_category", l_live_by_category}, {"window", l_window},

@@ -175,6 +175,8 @@ const char *vr_tape_error(vr_status st) {
     case VR_ETOOMANY: return "a node has more than 64 inputs or outputs";
     case VR_ECOMPOSE: return "composed layers did not repeat the simulated layer's pattern";
     case VR_ELABELS: return "more than 1048576 distinct labels and phases";
+    case VR_EBUSY:
+      return "the tape to copy is recording, capturing, echoing, tracing or drawing";
   }
   return "unknown error";
 }
@@ -279,6 +281,71 @@ void vr_tape_recycle(vr_tape *t) {
   t->slot_of = keep.slot_of;
   t->nslots = keep.nslots;
   vr_tape_reset(t);
+}
+
+vr_status vr_tape_assign(vr_tape *dst, const vr_tape *src) {
+  if (dst == src) return VR_OK;
+  if (src->recording || src->capturing || src->echo_depth > 0 || src->nbulks > 0 ||
+      src->win_open || src->trace || src->timeline || src->tl_n > 0)
+    return VR_EBUSY;
+  /* room for everything first: a failure leaves dst as it was. (Every
+   * tape holds "setup", so its string table has slots.) */
+  int32_t *slots = NULL;
+  if (src->nslots != dst->nslots) {
+    slots = (int32_t *)vr_mem_array(&dst->mem, src->nslots, sizeof *slots);
+    if (!slots) return VR_ENOMEM;
+  }
+  if (!GROW(dst, dst->tensors, src->tensors.n) || !GROW(dst, dst->nodes, src->nodes.n) ||
+      !GROW(dst, dst->ids, src->ids.n) || !GROW(dst, dst->edges, src->edges.n) ||
+      !GROW(dst, dst->events, src->events.n) || !GROW(dst, dst->cap, src->cap.n) ||
+      !GROW(dst, dst->strings, src->strings.n) || !GROW(dst, dst->chars, src->chars.n) ||
+      !GROW(dst, dst->phase_peak, src->phase_peak.cap)) {
+    vr_mem_free(&dst->mem, slots, src->nslots * sizeof *slots);
+    return VR_ENOMEM;
+  }
+  if (slots) {
+    vr_mem_free(&dst->mem, dst->slot_of, dst->nslots * sizeof *dst->slot_of);
+    dst->slot_of = slots;
+    dst->nslots = src->nslots;
+  }
+  free_bulks(dst);
+  vr_trace_free(dst->trace);
+  /* src's fields, then dst's own memory back in place, holding src's items */
+  vr_tape own = *dst;
+  *dst = *src;
+  dst->mem = own.mem;
+  dst->trace = NULL;
+  dst->slot_of = own.slot_of;
+  memcpy(dst->slot_of, src->slot_of, src->nslots * sizeof *src->slot_of);
+#define TAKE(vec)                                                                  \
+  do {                                                                             \
+    dst->vec.v = own.vec.v;                                                        \
+    dst->vec.cap = own.vec.cap;                                                    \
+    if (src->vec.n) memcpy(dst->vec.v, src->vec.v, src->vec.n * sizeof *src->vec.v); \
+  } while (0)
+  TAKE(tensors);
+  TAKE(nodes);
+  TAKE(ids);
+  TAKE(edges);
+  TAKE(events);
+  TAKE(cap);
+  TAKE(strings);
+  TAKE(chars);
+#undef TAKE
+  dst->phase_peak.v = own.phase_peak.v;
+  dst->phase_peak.cap = own.phase_peak.cap;
+  memcpy(dst->phase_peak.v, src->phase_peak.v, src->phase_peak.cap * sizeof *src->phase_peak.v);
+  memset(dst->phase_peak.v + src->phase_peak.cap, 0,
+         (own.phase_peak.cap - src->phase_peak.cap) * sizeof *src->phase_peak.v);
+  /* what src holds none of (at rest): dst's buffers, empty */
+  dst->tl = own.tl;
+  dst->tlp = own.tlp;
+  dst->tl.n = dst->tlp.n = 0;
+  for (int i = 0; i < VR_ECHO_DEPTH; i++) {
+    dst->echo[i].ev = own.echo[i].ev;
+    dst->echo[i].ev.n = 0;
+  }
+  return VR_OK;
 }
 
 static uint32_t hash(const char *s) {

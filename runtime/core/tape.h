@@ -63,7 +63,8 @@ typedef enum {
   VR_ECAT,        /* category out of range */
   VR_ETOOMANY,    /* more than VR_MAX_EDGES inputs or outputs */
   VR_ECOMPOSE,    /* composed layers did not repeat the measured pattern */
-  VR_ELABELS      /* more distinct labels and phases than the table holds (2^20) */
+  VR_ELABELS,     /* more distinct labels and phases than the table holds (2^20) */
+  VR_EBUSY        /* a tape to copy is recording, capturing, echoing, tracing or drawing */
 } vr_status;
 
 const char *vr_tape_error(vr_status st);
@@ -77,6 +78,14 @@ void vr_tape_reset(vr_tape *t);
  * their capacity (a tape grows them by doublings, each a copy) and its
  * interned strings their indexes. */
 void vr_tape_recycle(vr_tape *t);
+/* Makes dst a copy of src, in dst's memory: its tensors, parameters,
+ * statistics, phase and interned strings (the same indexes), as if dst had
+ * made src's calls. src must be at rest -- no checkpoint segment, capture,
+ * echo, bulk or window open, no trace and no timeline -- or VR_EBUSY; out
+ * of memory, VR_ENOMEM. Either failure leaves dst as it was. A search that
+ * simulates many runs of one model keeps a tape as it stands once the
+ * model is built and starts each run from a copy (stdlib/step.lua). */
+vr_status vr_tape_assign(vr_tape *dst, const vr_tape *src);
 
 /* Labels and phases are interned; the index is stable. The table grows;
  * past 2^20 distinct strings it is full (VR_ELABELS), never a silent drop. */

@@ -2,10 +2,12 @@
 -- and the fuzzers tests/fuzz/compose_eq.lua, knobs_eq.lua): deep equality,
 -- a random pick, and fit.knobs' and parallel.fit's answers as one table
 -- each, with the layers kept across their simulations (stdlib/compose.lua
--- M.keeping) or every layer walked.
+-- M.keeping) and the models built once (stdlib/step.lua M.sharing_setup),
+-- or every layer walked and every model built.
 local fit = require("stdlib.fit")
 local par = require("stdlib.parallel")
 local compose = require("stdlib.compose")
+local step = require("stdlib.step")
 
 local M = {}
 
@@ -42,12 +44,14 @@ function M.layouts(run, gpus, budget)
   return out
 end
 
--- f(...) with no layer kept across simulations: every one walked.
+-- f(...) with no layer kept across simulations and no model shared: every
+-- layer walked, every model built.
 function M.walked(f, ...)
-  local keep = compose.keeping
+  local keep, share = compose.keeping, step.sharing_setup
   compose.keeping = function(_, _, g, ...) return g(...) end
+  step.sharing_setup = function(_, _, _, g, ...) return g(...) end
   local out = table.pack(pcall(f, ...))
-  compose.keeping = keep
+  compose.keeping, step.sharing_setup = keep, share
   if not out[1] then error(out[2], 0) end
   return table.unpack(out, 2, out.n)
 end

@@ -211,6 +211,68 @@ function tests.layers_kept_across_the_search_change_no_figure()
   end
 end
 
+-- A model built for one run serves every run that differs from it only in
+-- its loss or its optimizer (stdlib/step.lua M.sharing_setup, which
+-- fit.knobs keys by the run less step.UNREAD_BY_LAYERS): the step of each
+-- such variant, started from the shared model, is the step simulated from
+-- scratch, figure for figure (or the same refusal), for every example
+-- spec and every measured truth case a step simulates (the families'
+-- builds: dense, MoE, VLMs, quantized, LoRA).
+function tests.a_model_built_once_serves_runs_that_differ_in_loss_or_optimizer()
+  local step, runs, truth = require("stdlib.step"), require("stdlib.run"), require("stdlib.truth")
+  local registry = require("models.registry")
+  local list = {}
+  for _, name in ipairs({ "qwen2_5_1_5b_full.yaml", "yxanul.yaml", "llama_3_8b_qlora.json",
+    "qwen3_4b_nvfp4_as_launched.yaml", "qwen3_4b_nvfp4_theory.yaml" }) do
+    local path = root .. "/examples/specs/" .. name
+    local doc = name:find("%.json$") and vram.json.load(path) or vram.yaml.load(path)
+    list[#list + 1] = { name, spec.normalize(doc, path, registry) }
+  end
+  for _, c in ipairs(vram.json.load(root .. "/tests/truth/cases_public.json")) do
+    if truth.supported(c, registry) then
+      local r = truth.normalize(c, nil, registry)
+      if not r.rl and not r.parallel then list[#list + 1] = { c.id, r } end
+    end
+  end
+  local function variants(run)
+    local out = {}
+    for _, l in ipairs({ "cross_entropy", "liger_fused", "chunked" }) do
+      if run.loss ~= l then
+        local r = runs.copy(run)
+        r.loss, r.loss_chunk = l, l == "chunked" and 1024 or r.loss_chunk
+        out[#out + 1] = r
+      end
+    end
+    if run.optimizer and run.mode == "train" then
+      for _, o in ipairs({ "adam8bit", "adafactor" }) do
+        if run.optimizer.name ~= o then
+          local r = runs.copy(run)
+          r.optimizer.name, r.optimizer.state_dtype = o, o == "adafactor" and "fp32" or nil
+          out[#out + 1] = r
+        end
+      end
+    end
+    return out
+  end
+  local function outcome(ok, st)
+    if not ok then return { refused = type(st) == "table" and st.msg or tostring(st) } end
+    return st
+  end
+  local shared = 0
+  for _, c in ipairs(list) do
+    local cache = {}
+    step.sharing_setup(cache, "run", c[2], step.run, c[2])
+    T.ok(cache.run ~= nil, c[1] .. ": its model kept")
+    for i, v in ipairs(variants(c[2])) do
+      local from_kept = outcome(pcall(step.sharing_setup, cache, "run", v, step.run, v))
+      local built = outcome(pcall(step.run, v))
+      T.eq(from_kept, built, c[1] .. " variant " .. i)
+      shared = shared + 1
+    end
+  end
+  T.ok(shared >= 50, "variants compared: " .. shared)
+end
+
 -- The data-parallel levers (issue 17): what a layout written out by hand
 -- needs, estimated on its own, is what the advice says the lever needs.
 local function by_knobs(list)

@@ -709,6 +709,46 @@ function tests.a_recycled_tape_should_close_and_the_next_be_fresh()
   for i = 1, 12 do T.eq(vram.tape():live(), 0) end
 end
 
+-- t:assign(src): t goes on as src would (its numbers, its labels, its
+-- tensors), src untouched by what t does next; a source at work, a closed
+-- one or another kind of value is refused with the method's name.
+function tests.an_assigned_tape_should_go_on_as_its_source()
+  local function built(t)
+    t:rounding(512, 1 << 20, 2 << 20)
+    local w = t:param(400, "weights", "w")
+    local x = t:alloc(100, "inputs", "x")
+    return w, x
+  end
+  local function step(t, w, x)
+    local y = t:alloc(200, "activations", "linear")
+    t:node({ x, w }, { w, 400 }, { y }, 0, "linear")
+    t:phase("backward")
+    t:backward(y)
+    return t:stats()
+  end
+  local src = vram.tape()
+  local w, x = built(src)
+  local dst = vram.tape()
+  dst:alloc(12345, "temporaries", "its.own")
+  dst:phase("elsewhere")
+  dst:assign(src)
+  T.eq(dst:live(), src:live())
+  local fresh = vram.tape()
+  local want = step(fresh, built(fresh))
+  local got = step(dst, w, x)
+  for _, k in ipairs({ "live", "peak", "reserved", "peak_reserved", "peak_phase", "peak_label" }) do
+    T.eq(got[k], want[k], k)
+  end
+  T.eq(src:live(), 400 + 100, "the source as it was built")
+  src:window()
+  T.raises(function() dst:assign(src) end, "tape:assign: the tape to copy is recording")
+  T.raises(function() dst:assign({}) end, "vram.tape expected")
+  local closed = vram.tape()
+  closed:recycle()
+  T.raises(function() dst:assign(closed) end, "tape is closed")
+  T.eq(dst:stats().peak, got.peak, "a refused copy leaves the tape as it was")
+end
+
 -- ------------------------------------------------------------ hostile lists (issue 10)
 
 -- A list whose __len closes the tape through a to-be-closed variable.

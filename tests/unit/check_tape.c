@@ -845,6 +845,65 @@ START_TEST(a_recycled_tape_should_be_a_fresh_one) {
 }
 END_TEST
 
+/* A tape assigned from another goes on as that one would: its stats, its
+ * labels at their indexes, its tensors and its gradients; the source is
+ * not touched by what the copy does next. A source at work (a window open)
+ * is refused, the destination left as it was. */
+START_TEST(an_assigned_tape_should_go_on_as_its_source) {
+  vr_tape *src = t, *dst = vr_tape_new(NULL);
+  ck_assert_ptr_nonnull(dst);
+  vr_tape_rounding(src, 512, 1 << 20, 2 << 20);
+  int64_t W, L;
+  linear_then_loss(&W, &L);
+  int lin = intern("linear");
+  /* dst had labels, tensors and a phase of its own */
+  int other = -1, spare = -1;
+  OK(vr_tape_intern(dst, "other.label", &other));
+  OK(vr_tape_intern(dst, "another.one", &spare));
+  for (int i = 0; i < 100; i++) {
+    int64_t id = -1;
+    OK(vr_tape_alloc(dst, 10 + i, VR_CAT_TEMP, other, false, &id));
+  }
+  OK(vr_tape_phase(dst, "elsewhere"));
+  OK(vr_tape_assign(dst, src));
+  OK(vr_tape_assign(dst, dst)); /* itself: nothing happens */
+  vr_tape_stats a = stats(), b;
+  vr_tape_stats_get(dst, &b);
+  ck_assert_int_eq(b.live, a.live);
+  ck_assert_int_eq(b.peak, a.peak);
+  ck_assert_int_eq(b.reserved, a.reserved);
+  ck_assert_int_eq(b.peak_reserved, a.peak_reserved);
+  ck_assert_int_eq(b.peak_label, a.peak_label);
+  ck_assert_str_eq(vr_tape_string(dst, lin), "linear");
+  ck_assert_int_eq(vr_tape_nstrings(dst), vr_tape_nstrings(src));
+  ck_assert_str_eq(vr_tape_string(dst, b.peak_phase), "forward");
+  /* the copy's backward is the source's, and the source stays as it was */
+  OK(vr_tape_phase(dst, "backward"));
+  OK(vr_tape_backward(dst, L));
+  int added = -1;
+  OK(vr_tape_intern(dst, "only.in.the.copy", &added));
+  ck_assert_int_eq(live(), a.live);
+  OK(vr_tape_phase(src, "backward"));
+  ck_assert_int_eq(vr_tape_nstrings(src), vr_tape_nstrings(dst) - 1);
+  OK(vr_tape_backward(src, L));
+  a = stats();
+  vr_tape_stats_get(dst, &b);
+  ck_assert_int_eq(b.live, a.live);
+  ck_assert_int_eq(b.peak, a.peak);
+  ck_assert_int_eq(b.peak_reserved, a.peak_reserved);
+  ck_assert_int_eq(b.peak_label, a.peak_label);
+  ck_assert_int_eq(phase_peak("backward"), 1104);
+  /* a source at work is refused; the destination keeps what it had */
+  vr_tape_window_open(src);
+  ck_assert_int_eq(vr_tape_assign(dst, src), VR_EBUSY);
+  vr_tape_stats c;
+  vr_tape_stats_get(dst, &c);
+  ck_assert_int_eq(c.live, b.live);
+  ck_assert_str_eq(vr_tape_string(dst, added), "only.in.the.copy");
+  vr_tape_free(dst);
+}
+END_TEST
+
 START_TEST(many_tensors_and_nodes_should_grow_the_tape) {
   /* a chain of 10000 ops, each 8 bytes, every output saved by the next op
    * and dropped by the front end: forward keeps 10000 * 8 */
@@ -1492,6 +1551,7 @@ static Suite *tape_suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_add_test(tc, reset_should_empty_the_tape_for_reuse);
   tcase_add_test(tc, a_recycled_tape_should_be_a_fresh_one);
+  tcase_add_test(tc, an_assigned_tape_should_go_on_as_its_source);
   suite_add_tcase(s, tc);
   return s;
 }
