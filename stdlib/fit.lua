@@ -283,6 +283,10 @@ local TRUNK_SKIP = step.UNREAD_BY_LAYERS
 -- A lever must save at least this share of what the run needs without it:
 -- below 1 % a budget cannot tell it from nothing.
 M.MIN_SAVING = 0.01
+-- Whether a run's step on one GPU is simulated without its optimizer and
+-- the optimizer priced on its own (swap.recorder's lean): the figures are
+-- the same (tests/lib/compare.lua's walked turns it off to compare).
+M.LEAN_STEPS = true
 -- How many lever combinations a search may consider without being told a
 -- depth. A count, not a time: the same spec lists the same combinations on
 -- every machine (a CPU-time budget made the list depend on the load).
@@ -318,14 +322,23 @@ function M.knobs(run, budget, depth)
     local body = touched.optimizer and runs.key(r, run, OPTIMIZER, touched) or key
     local st = steps[body] and swap.price(steps[body], r, states)
     if st then return frameworks.need(frameworks.of(r), st.peak_reserved), st end
-    local rec = swap.recorder()
     -- layers walked and the model built as in a run that differed only in
     -- its loss or optimizer (stdlib/compose.lua M.keeping, step.sharing_setup)
     local trunk = runs.key(r, run, TRUNK_SKIP, touched)
-    local need, st = compose.keeping(kept, trunk, step.sharing_setup, setups, trunk, r, M.need,
-      r, nil, rec)
-    if swap.ready(rec) then steps[body] = steps[body] or rec end
-    return need, st
+    local function simulate(rec)
+      return compose.keeping(kept, trunk, step.sharing_setup, setups, trunk, r, M.need, r, nil,
+        rec)
+    end
+    -- a body met first is recorded lean (swap.recorder): its own optimizer
+    -- is priced like the others
+    local rec = swap.recorder(M.LEAN_STEPS and not steps[body])
+    local need, st = simulate(rec)
+    if not swap.ready(rec) then return need, st end
+    steps[body] = steps[body] or rec
+    if not rec.lean_done then return need, st end
+    st = swap.price(rec, r, states)
+    if st then return frameworks.need(frameworks.of(r), st.peak_reserved), st end
+    return simulate(nil) -- a step of this optimizer keeps something: the whole step
   end
   local function priced(r, touched, key, kr)
     if r.parallel then

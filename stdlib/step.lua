@@ -366,9 +366,13 @@ function M.simulate(family, run, rec)
   local train = run.mode == "train"
   local trainable = trainable_params(S, all)
   if not train or S.jit or run.timeline or run.trace then rec = nil end
+  -- a lean recording (stdlib/swap_optimizer.lua) leaves the optimizer's
+  -- states and step out: the recorder prices them on a tape of their own
+  local lean = rec and rec.lean
+  if lean then rec.lean_done = true end
   if rec then rec:setup_done(S, trainable) end
   local before_state = S.tape:live()
-  if train then optim.init_state(S, trainable, run.optimizer) end
+  if train and not lean then optim.init_state(S, trainable, run.optimizer) end
   local state_bytes = S.tape:live() - before_state
   if rec then rec:states_done(S) end
   local inputs = family.inputs(S, run, model)
@@ -391,7 +395,7 @@ function M.simulate(family, run, rec)
     ends.backward_end = tape:live()
     if rec then rec:step_begins(S) end
     tape:phase("optimizer")
-    optim.step(S, trainable, run.optimizer)
+    if not lean then optim.step(S, trainable, run.optimizer) end
     ends.optimizer_end = tape:live()
     if rec then rec:step_ends(S) end
     tape:phase("zero_grad")

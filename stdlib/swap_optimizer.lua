@@ -48,7 +48,12 @@ end
 local Recorder = {}
 Recorder.__index = Recorder
 
-function M.recorder() return setmetatable({ spans = {} }, Recorder) end
+-- lean (optional): the step leaves its own optimizer out as well (a
+-- training step of stdlib/step.lua's simulate; the recorder's lean_done
+-- says it did): its states and step are then priced here like any other
+-- optimizer's, and only M.price's answer is that step's peaks -- the
+-- step's own figures lack them.
+function M.recorder(lean) return setmetatable({ spans = {}, lean = lean or nil }, Recorder) end
 
 -- A ends: the model built and loaded, adapters made, before the states.
 function Recorder:setup_done(S, trainable)

@@ -4,7 +4,9 @@
 -- attention kernels, losses, optimizers, and a layout (dp, tp, pp, ZeRO)
 -- or one GPU: every combination fit.knobs lists (need, categories at the
 -- peak, levers) must be the same with the layers kept (stdlib/compose.lua
--- M.keeping) and with every layer walked; and so must every layout of 2,
+-- M.keeping), the models built once (stdlib/step.lua M.sharing_setup) and
+-- the steps simulated lean (fit.LEAN_STEPS) as with every layer walked,
+-- every model built and every optimizer simulated; and so must every layout of 2,
 -- 4 or 8 GPUs parallel.fit lists (fit --gpus) for the text models, with
 -- every layout priced or under a budget that cuts some off midway.
 --   vramlua --max-seconds 0 --max-memory 4000 run tests/fuzz/knobs_eq.lua SEED SECONDS

@@ -2,8 +2,9 @@
 -- and the fuzzers tests/fuzz/compose_eq.lua, knobs_eq.lua): deep equality,
 -- a random pick, and fit.knobs' and parallel.fit's answers as one table
 -- each, with the layers kept across their simulations (stdlib/compose.lua
--- M.keeping) and the models built once (stdlib/step.lua M.sharing_setup),
--- or every layer walked and every model built.
+-- M.keeping), the models built once (stdlib/step.lua M.sharing_setup) and
+-- the steps simulated lean (fit.LEAN_STEPS), or every layer walked, every
+-- model built and every optimizer simulated.
 local fit = require("stdlib.fit")
 local par = require("stdlib.parallel")
 local compose = require("stdlib.compose")
@@ -44,14 +45,16 @@ function M.layouts(run, gpus, budget)
   return out
 end
 
--- f(...) with no layer kept across simulations and no model shared: every
--- layer walked, every model built.
+-- f(...) with no layer kept across simulations, no model shared and no
+-- step simulated lean: every layer walked, every model built, every step's
+-- optimizer simulated with it.
 function M.walked(f, ...)
-  local keep, share = compose.keeping, step.sharing_setup
+  local keep, share, lean = compose.keeping, step.sharing_setup, fit.LEAN_STEPS
   compose.keeping = function(_, _, g, ...) return g(...) end
   step.sharing_setup = function(_, _, _, g, ...) return g(...) end
+  fit.LEAN_STEPS = false
   local out = table.pack(pcall(f, ...))
-  compose.keeping, step.sharing_setup = keep, share
+  compose.keeping, step.sharing_setup, fit.LEAN_STEPS = keep, share, lean
   if not out[1] then error(out[2], 0) end
   return table.unpack(out, 2, out.n)
 end

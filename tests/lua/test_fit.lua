@@ -211,6 +211,26 @@ function tests.layers_kept_across_the_search_change_no_figure()
   end
 end
 
+-- A step recorded lean whose own optimizer cannot be priced from it (a
+-- step that keeps something, swap.price's nil) is simulated whole: the
+-- figures are the walked ones all the same.
+function tests.a_lean_step_its_optimizer_refuses_is_simulated_whole()
+  local swap = require("stdlib.swap_optimizer")
+  local price = swap.price
+  local refused = 0
+  swap.price = function(rec, ...)
+    if rec.lean_done then refused = refused + 1 return nil end
+    return price(rec, ...)
+  end
+  local ok, err = pcall(function()
+    local r = run_of({ lora = { rank = 8 } })
+    T.eq(compare.knobs(r, 2), compare.walked(compare.knobs, r, 2), "lean prices refused")
+  end)
+  swap.price = price
+  if not ok then error(err, 0) end
+  T.ok(refused > 0, "lean recordings met")
+end
+
 -- A model built for one run serves every run that differs from it only in
 -- its loss or its optimizer (stdlib/step.lua M.sharing_setup, which
 -- fit.knobs keys by the run less step.UNREAD_BY_LAYERS): the step of each

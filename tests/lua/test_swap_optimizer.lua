@@ -7,7 +7,8 @@
 -- and the optimizer step across them, and the cases cover micro-batches,
 -- checkpointing, LoRA, QLoRA, master weights, MoE, a VLM, the fused and
 -- chunked losses, CPU kernels (no block rounding) and TorchSharp's
--- undisposed Adam temporaries.
+-- undisposed Adam temporaries. A step recorded lean (without its own
+-- optimizer) prices every optimizer, its own included, the same.
 local vram = require("vram")
 local spec = require("stdlib.spec")
 local step = require("stdlib.step")
@@ -55,6 +56,12 @@ local function case(what, preset, over, fields, own, still)
   T.ok(swap.ready(rec), what .. ": recorded")
   if not swap.ready(rec) then return end
   T.eq(peaks(swap.price(rec, base)), peaks(st), what .. ": its own optimizer")
+  -- recorded lean (the step without its optimizer, fit.knobs' way): every
+  -- optimizer, its own too, priced to the same figures
+  local lean = swap.recorder(true)
+  step.run(base, lean)
+  T.eq(lean.lean_done, not base.rl or nil, what .. ": lean where a step simulates")
+  T.eq(peaks(swap.price(lean, base)), peaks(st), what .. ": its own optimizer, lean")
   local moved = 0
   for k, opt in ipairs(OPTIMIZERS) do
     local made, other = pcall(run_of, preset, over, fields, opt)
@@ -71,6 +78,8 @@ local function case(what, preset, over, fields, own, still)
     -- and with the states and steps remembered across every case of this
     -- file (keyed by the parameters' shapes, the optimizer and framework)
     T.eq(peaks(swap.price(rec, other, MEMO)), want, ("%s: optimizer %d (%s), remembered")
+      :format(what, k, opt.name))
+    T.eq(peaks(swap.price(lean, other)), want, ("%s: optimizer %d (%s), lean")
       :format(what, k, opt.name))
     if want.peak_reserved ~= st.peak_reserved then moved = moved + 1 end
     ::next::
