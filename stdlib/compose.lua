@@ -49,24 +49,34 @@ local function middle_casts(S, cached, iters)
   for _, kc in ipairs(casts_since(S, cached)) do
     if select(2, tape:bytes(kc[2].id)) == 1 then casts[#casts + 1] = kc[2] end
   end
+  if iters <= 0 then return 0, 0 end
   local l0, r0 = tape:live()
-  local live, reserved = 0, 0
+  local live, reserved
+  -- one layer's copies, then the tape's repeats of them (Sim:repeat_allocs)
+  local ids = {}
+  local repeated, stride = S:repeat_allocs(iters - 1, function()
+    for _, c in ipairs(casts) do
+      ids[#ids + 1] = tape:alloc(c.b, S.cat, "autocast.weight_cast.composed")
+    end
+    if not live then
+      local l1, r1 = tape:live()
+      live, reserved = l1 - l0, r1 - r0
+    end
+  end)
   -- keyed -1, -2, ... in this autocast region (the parameters' ids are
   -- positive): alike in every micro-batch and process, as the exit drops
   -- the cache in pairs' order, which a timeline shows
   if S.cast_keys_of ~= S.cast_cache then S.cast_keys_of, S.cast_keys = S.cast_cache, 0 end
+  local i = 0
   for j = 1, iters do
-    for _, c in ipairs(casts) do
+    for k, c in ipairs(casts) do
+      i = i + 1
       S.cast_keys = S.cast_keys + 1
-      S.cast_cache[-S.cast_keys] = { id = tape:alloc(c.b, S.cat, "autocast.weight_cast.composed"),
+      S.cast_cache[-S.cast_keys] = { id = repeated and ids[k] + (j - 1) * stride or ids[i],
         n = c.n, dt = c.dt, b = c.b, rg = false }
     end
-    if j == 1 then
-      local l1, r1 = tape:live()
-      live, reserved = l1 - l0, r1 - r0
-    end
   end
-  return live, reserved
+  return live or 0, reserved or 0
 end
 
 -- Identical grad-free layers that keep nothing (a vision tower under

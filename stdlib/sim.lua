@@ -159,8 +159,10 @@ end
 
 -- Runs fn, which only allocates and frees temporaries on the tape, then
 -- has the tape do the same `times` more times (vr_tape_capture_repeat: the
--- same events, in C). Returns true when the tape repeated them, false
--- when fn itself ran again (a capture already open, or fn did more).
+-- same events, in C). Returns true and the tensors one run creates when
+-- the tape repeated them (the i-th tensor of repeat j is the i-th of fn's
+-- run, its id plus j times that stride), false when fn itself ran again
+-- (a capture already open, or fn did more).
 function Sim:repeat_allocs(times, fn)
   local tape = self.tape
   if self.capturing or times <= 0 then
@@ -175,7 +177,7 @@ function Sim:repeat_allocs(times, fn)
   self.capturing = false
   if stride then
     tape:capture_repeat(times)
-    return true
+    return true, stride
   end
   for _ = 1, times do fn() end
   return false
