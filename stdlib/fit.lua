@@ -6,6 +6,7 @@ local frameworks = require("stdlib.frameworks")
 local errors = require("stdlib.errors")
 local par = require("stdlib.parallel")
 local compose = require("stdlib.compose")
+local shared_setup = require("stdlib.shared_setup")
 
 local M = {}
 
@@ -315,7 +316,7 @@ function M.knobs(run, budget, depth)
   -- (parallel.lua M.search)
   local memo, by_run, search, steps, states = {}, {}, par.search(run, nil, true), {}, {}
   local kept = {} -- layers kept from one simulation for the next (compose.keeping)
-  local setups = {} -- models built, by the run less what no setup reads (step.sharing_setup)
+  local setups = {} -- models built, by the run less what no setup reads (shared_setup)
   local reads = {} -- layouts read (apply)
   -- key: the run's key (the body's too when no lever touched the optimizer)
   local function one_gpu(r, touched, key)
@@ -323,10 +324,10 @@ function M.knobs(run, budget, depth)
     local st = steps[body] and swap.price(steps[body], r, states)
     if st then return frameworks.need(frameworks.of(r), st.peak_reserved), st end
     -- layers walked and the model built as in a run that differed only in
-    -- its loss or optimizer (stdlib/compose.lua M.keeping, step.sharing_setup)
+    -- its loss or optimizer (stdlib/compose.lua M.keeping, stdlib/shared_setup.lua)
     local trunk = runs.key(r, run, TRUNK_SKIP, touched)
     local function simulate(rec)
-      return compose.keeping(kept, trunk, step.sharing_setup, setups, trunk, r, M.need, r, nil,
+      return compose.keeping(kept, trunk, shared_setup.sharing, setups, trunk, r, M.need, r, nil,
         rec)
     end
     -- a body met first is recorded lean (swap.recorder): its own optimizer

@@ -2,7 +2,6 @@
 -- (weights, optimizer state, buffers, inputs), then training (forward,
 -- backward, optimizer, zero_grad), inference (forward under no_grad) or
 -- generation (prefill + decode with a KV cache).
-local vram = require("vram")
 local Sim = require("stdlib.sim")
 local optim = require("stdlib.optim")
 local loss = require("stdlib.loss")
@@ -291,69 +290,9 @@ local function setup(S, family, run)
   return model
 end
 
--- Models built once for runs that differ only in what no setup reads.
--- While M.sharing_setup runs f, a step simulated for `run` itself (that
--- table) under a keeping simulator (step.new_sim: composable, no timeline
--- or trace) takes its setup from cache[key] -- the model, the simulator's
--- fields and a copy of its tape as they stood once it was built -- or puts
--- it there. key must hold everything a setup reads: the run written out
--- less UNREAD_BY_LAYERS (a setup builds the layers' parameters and reads
--- neither the loss nor the optimizer; tests/lua/test_step.lua checks that
--- of every example spec). fit --knobs simulates dozens of runs that differ
--- only in their loss kernel; each then starts from the built model, as a
--- search's lean passes do (stdlib/parallel.lua). A model is shared, not
--- copied: nothing after the setup writes into it but the caches its
--- tables fill when read (Sim:build_layers), the same for every run.
--- tests/lua/test_fit.lua compares fit.knobs with and without.
-local shelf
-function M.sharing_setup(cache, key, run, f, ...)
-  local before = shelf
-  shelf = { cache = cache, key = key, run = run }
-  local out = table.pack(pcall(f, ...))
-  shelf = before
-  if not out[1] then error(out[2], 0) end
-  return table.unpack(out, 2, out.n)
-end
-
--- A table's entries in a new table (a list S holds, filled by the setup).
-local function entries(t)
-  local c = {}
-  for k, v in pairs(t) do c[k] = v end
-  return c
-end
-
--- S's setup for run, shared under M.sharing_setup where it may be. What
--- the setup leaves on S is kept but its tape and its part in M.keeping:
--- tables as their entries (a later list, S.params, is its own), other
--- values as they are; a function or another userdata (which might hold
--- this S) leaves the setup unshared.
-local UNSHARED = { tape = true, kept = true }
-local function shared_setup(S, family, run)
-  local sh = shelf
-  if not (sh and sh.run == run and S.recycle and S.composable and not S.timeline) then
-    return setup(S, family, run)
-  end
-  local kept = sh.cache[sh.key]
-  if kept then
-    S.tape:assign(kept.tape)
-    for k in pairs(S) do if not UNSHARED[k] and kept.fields[k] == nil then S[k] = nil end end
-    for k, v in pairs(kept.fields) do S[k] = type(v) == "table" and entries(v) or v end
-    return kept.model
-  end
-  local model = setup(S, family, run)
-  local fields = {}
-  for k, v in pairs(S) do
-    if not UNSHARED[k] then
-      local t = type(v)
-      if t == "function" or t == "userdata" or t == "thread" then return model end
-      fields[k] = t == "table" and entries(v) or v
-    end
-  end
-  local tape = vram.tape()
-  tape:assign(S.tape)
-  sh.cache[sh.key] = { tape = tape, fields = fields, model = model }
-  return model
-end
+-- While a search shares its models (stdlib/shared_setup.lua), its setup in
+-- place of the one above: setup_override(S, family, run, setup) -> model.
+M.setup_override = nil
 
 -- rec (optional): stdlib/swap_optimizer.lua's recorder, told the seams of
 -- a training step so that other optimizers can be priced on it (not
@@ -361,7 +300,9 @@ end
 function M.simulate(family, run, rec)
   local S = M.new_sim(run, "step")
   local tape = S.tape
-  local model = shared_setup(S, family, run)
+  local model
+  if M.setup_override then model = M.setup_override(S, family, run, setup)
+  else model = setup(S, family, run) end
   local all = S.params -- every parameter, in creation order (tied weights once)
   local train = run.mode == "train"
   local trainable = trainable_params(S, all)

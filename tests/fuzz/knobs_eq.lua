@@ -4,7 +4,7 @@
 -- attention kernels, losses, optimizers, and a layout (dp, tp, pp, ZeRO)
 -- or one GPU: every combination fit.knobs lists (need, categories at the
 -- peak, levers) must be the same with the layers kept (stdlib/compose.lua
--- M.keeping), the models built once (stdlib/step.lua M.sharing_setup) and
+-- M.keeping), the models built once (stdlib/shared_setup.lua) and
 -- the steps simulated lean (fit.LEAN_STEPS) as with every layer walked,
 -- every model built and every optimizer simulated; and so must every layout of 2,
 -- 4 or 8 GPUs parallel.fit lists (fit --gpus) for the text models, with

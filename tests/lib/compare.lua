@@ -2,13 +2,13 @@
 -- and the fuzzers tests/fuzz/compose_eq.lua, knobs_eq.lua): deep equality,
 -- a random pick, and fit.knobs' and parallel.fit's answers as one table
 -- each, with the layers kept across their simulations (stdlib/compose.lua
--- M.keeping), the models built once (stdlib/step.lua M.sharing_setup) and
+-- M.keeping), the models built once (stdlib/shared_setup.lua) and
 -- the steps simulated lean (fit.LEAN_STEPS), or every layer walked, every
 -- model built and every optimizer simulated.
 local fit = require("stdlib.fit")
 local par = require("stdlib.parallel")
 local compose = require("stdlib.compose")
-local step = require("stdlib.step")
+local shared_setup = require("stdlib.shared_setup")
 
 local M = {}
 
@@ -49,12 +49,12 @@ end
 -- step simulated lean: every layer walked, every model built, every step's
 -- optimizer simulated with it.
 function M.walked(f, ...)
-  local keep, share, lean = compose.keeping, step.sharing_setup, fit.LEAN_STEPS
+  local keep, share, lean = compose.keeping, shared_setup.sharing, fit.LEAN_STEPS
   compose.keeping = function(_, _, g, ...) return g(...) end
-  step.sharing_setup = function(_, _, _, g, ...) return g(...) end
+  shared_setup.sharing = function(_, _, _, g, ...) return g(...) end
   fit.LEAN_STEPS = false
   local out = table.pack(pcall(f, ...))
-  compose.keeping, step.sharing_setup, fit.LEAN_STEPS = keep, share, lean
+  compose.keeping, shared_setup.sharing, fit.LEAN_STEPS = keep, share, lean
   if not out[1] then error(out[2], 0) end
   return table.unpack(out, 2, out.n)
 end

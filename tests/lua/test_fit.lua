@@ -232,7 +232,7 @@ function tests.a_lean_step_its_optimizer_refuses_is_simulated_whole()
 end
 
 -- A model built for one run serves every run that differs from it only in
--- its loss or its optimizer (stdlib/step.lua M.sharing_setup, which
+-- its loss or its optimizer (stdlib/shared_setup.lua, which
 -- fit.knobs keys by the run less step.UNREAD_BY_LAYERS): the step of each
 -- such variant, started from the shared model, is the step simulated from
 -- scratch, figure for figure (or the same refusal), for every example
@@ -240,6 +240,7 @@ end
 -- builds: dense, MoE, VLMs, quantized, LoRA).
 function tests.a_model_built_once_serves_runs_that_differ_in_loss_or_optimizer()
   local step, runs, truth = require("stdlib.step"), require("stdlib.run"), require("stdlib.truth")
+  local sharing = require("stdlib.shared_setup").sharing
   local registry = require("models.registry")
   local list = {}
   for _, name in ipairs({ "qwen2_5_1_5b_full.yaml", "yxanul.yaml", "llama_3_8b_qlora.json",
@@ -281,10 +282,10 @@ function tests.a_model_built_once_serves_runs_that_differ_in_loss_or_optimizer()
   local shared = 0
   for _, c in ipairs(list) do
     local cache = {}
-    step.sharing_setup(cache, "run", c[2], step.run, c[2])
+    sharing(cache, "run", c[2], step.run, c[2])
     T.ok(cache.run ~= nil, c[1] .. ": its model kept")
     for i, v in ipairs(variants(c[2])) do
-      local from_kept = outcome(pcall(step.sharing_setup, cache, "run", v, step.run, v))
+      local from_kept = outcome(pcall(sharing, cache, "run", v, step.run, v))
       local built = outcome(pcall(step.run, v))
       T.eq(from_kept, built, c[1] .. " variant " .. i)
       shared = shared + 1
