@@ -343,7 +343,9 @@ function M.knobs(run, budget, depth)
   end
   local function priced(r, touched, key, kr)
     if r.parallel then
-      return compose.keeping(kept, runs.key(kr, run, TRUNK_SKIP, touched), M.need, r, search)
+      local trunk = runs.key(kr, run, TRUNK_SKIP, touched)
+      return compose.keeping(kept, trunk, shared_setup.sharing, setups, trunk, r, M.need, r,
+        search)
     end
     return one_gpu(r, touched, key)
   end

@@ -33,12 +33,18 @@ end
 -- (which might hold this S) leaves the setup unshared.
 local UNSHARED = { tape = true, kept = true }
 local shelf -- { cache, key, run } while M.sharing runs
-local function shared(S, family, run, setup)
+-- tag (optional): a layout's pass building its rank's model
+-- (stdlib/parallel.lua run_pass), kept under the key and what tells the
+-- passes of one run apart (its stage, whether it measures a middle chunk,
+-- whether parameters hold bytes): its run is the rank's share of `run`,
+-- fixed by run and those.
+local function shared(S, family, run, setup, tag)
   local sh = shelf
-  if not (sh and sh.run == run and S.recycle and S.composable and not S.timeline) then
+  if not (sh and (tag or sh.run == run) and S.recycle and S.composable and not S.timeline) then
     return setup(S, family, run)
   end
-  local kept = sh.cache[sh.key]
+  local key = tag and sh.key .. "|" .. tag or sh.key
+  local kept = sh.cache[key]
   if kept then
     S.tape:assign(kept.tape)
     for k in pairs(S) do if not UNSHARED[k] and kept.fields[k] == nil then S[k] = nil end end
@@ -56,7 +62,7 @@ local function shared(S, family, run, setup)
   end
   local tape = vram.tape()
   tape:assign(S.tape)
-  sh.cache[sh.key] = { tape = tape, fields = fields, model = model }
+  sh.cache[key] = { tape = tape, fields = fields, model = model }
   return model
 end
 

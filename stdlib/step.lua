@@ -291,7 +291,8 @@ local function setup(S, family, run)
 end
 
 -- While a search shares its models (stdlib/shared_setup.lua), its setup in
--- place of the one above: setup_override(S, family, run, setup) -> model.
+-- place of the one above: setup_override(S, family, run, setup [, tag]) ->
+-- model (tag: a layout's pass, stdlib/parallel.lua).
 M.setup_override = nil
 
 -- rec (optional): stdlib/swap_optimizer.lua's recorder, told the seams of
