@@ -17,15 +17,9 @@
 -- walked turns it off to compare.
 local vram = require("vram")
 local step = require("stdlib.step")
+local entries = require("stdlib.run").shallow -- a list S holds, filled by the setup
 
 local M = {}
-
--- A table's entries in a new table (a list S holds, filled by the setup).
-local function entries(t)
-  local c = {}
-  for k, v in pairs(t) do c[k] = v end
-  return c
-end
 
 -- What the setup leaves on S is kept but its tape and its part in
 -- compose.keeping: tables as their entries (a later list, S.params, is
