@@ -45,11 +45,11 @@ end
 -- and left out of the bulk. Returns the live and reserved bytes of one
 -- layer's. cached: the cache's keys before layer 2.
 local function middle_casts(S, cached, iters)
+  if iters <= 0 then return 0, 0 end
   local tape, casts = S.tape, {}
   for _, kc in ipairs(casts_since(S, cached)) do
     if select(2, tape:bytes(kc[2].id)) == 1 then casts[#casts + 1] = kc[2] end
   end
-  if iters <= 0 then return 0, 0 end
   local l0, r0 = tape:live()
   local live, reserved
   -- one layer's copies, then the tape's repeats of them (Sim:repeat_allocs)
@@ -76,7 +76,7 @@ local function middle_casts(S, cached, iters)
         n = c.n, dt = c.dt, b = c.b, rg = false }
     end
   end
-  return live or 0, reserved or 0
+  return live, reserved
 end
 
 -- Identical grad-free layers that keep nothing (a vision tower under

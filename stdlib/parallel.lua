@@ -630,13 +630,11 @@ local function run_pass(S, family, run, L, role, held, mid, cutoff, lean)
     -- sharded schemes: states allocated below, partitioned; the handles
     -- carry no bytes
     S:set_param_storage(params_on_tape(scheme))
-    local function build() return family.build(S, run, step.policies(run)) end
-    if step.setup_override then -- shared by the runs of a search (stdlib/shared_setup.lua)
-      P = step.setup_override(S, family, run, build, ("pass|%d|%s|%s"):format(role.stage,
-        tostring(mid), tostring(S.params_on_tape)))
-    else
-      P = build()
-    end
+    -- shared by the runs of a search (stdlib/shared_setup.lua) under the
+    -- pass's stage and chunk (the layout, and with it the parameters'
+    -- storage, is the run's)
+    P = step.built(S, family, run, function() return family.build(S, run, step.policies(run)) end,
+      "pass|" .. role.stage .. "|" .. tostring(mid))
     S:set_param_storage(true)
     if rec then
       local st, live, reserved = tape:stats(), tape:live()

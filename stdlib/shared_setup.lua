@@ -29,9 +29,9 @@ local UNSHARED = { tape = true, kept = true }
 local shelf -- { cache, key, run } while M.sharing runs
 -- tag (optional): a layout's pass building its rank's model
 -- (stdlib/parallel.lua run_pass), kept under the key and what tells the
--- passes of one run apart (its stage, whether it measures a middle chunk,
--- whether parameters hold bytes): its run is the rank's share of `run`,
--- fixed by run and those.
+-- passes of one run apart (its stage, whether it measures a middle chunk):
+-- its run is the rank's share of `run`, fixed by run (its layout) and
+-- those.
 local function shared(S, family, run, setup, tag)
   local sh = shelf
   if not (sh and (tag or sh.run == run) and S.recycle and S.composable and not S.timeline) then

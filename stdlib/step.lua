@@ -295,15 +295,20 @@ end
 -- model (tag: a layout's pass, stdlib/parallel.lua).
 M.setup_override = nil
 
+-- make(S, family, run) -> model, or the override's model while there is one.
+function M.built(S, family, run, make, tag)
+  local override = M.setup_override
+  if override then return override(S, family, run, make, tag) end
+  return make(S, family, run)
+end
+
 -- rec (optional): stdlib/swap_optimizer.lua's recorder, told the seams of
 -- a training step so that other optimizers can be priced on it (not
 -- under a jitted framework, a timeline or a compiled-estimate probe).
 function M.simulate(family, run, rec)
   local S = M.new_sim(run, "step")
   local tape = S.tape
-  local model
-  if M.setup_override then model = M.setup_override(S, family, run, setup)
-  else model = setup(S, family, run) end
+  local model = M.built(S, family, run, setup)
   local all = S.params -- every parameter, in creation order (tied weights once)
   local train = run.mode == "train"
   local trainable = trainable_params(S, all)
