@@ -981,18 +981,18 @@ function D.forward(S, P, emb, run)
   -- checkpointing every n-th layer or in segments: the walk repeats every
   -- `period` layers (one segment, then plain layers up to the next
   -- checkpointed one), so whole periods compose as units of layers
-  -- (stdlib/compose.lua), the layers left over walked after them. Not when
-  -- a timeline is drawn: the composed units keep fewer events than the
-  -- walk, and the drawn step stays the one it was (tests/lua/test_compose.lua
-  -- compares the answers with compose = false)
+  -- (stdlib/compose.lua), the layers left over walked after them. Drawn,
+  -- the units' timeline is composed as plain layers' is (the middle units'
+  -- forward one block, their backward one excursion each: fewer events than
+  -- the walk, the same peak; tests/lua/test_compose.lua compares the answers
+  -- with compose = false)
   local period = every * ((seg + every - 1) // every)
   -- the units start at the group's first layer (a uniform tail's: the
   -- layers before it walked), or at the next layer that starts a period
   local f = off + 1
   local a = f + (period - off % period) % period
   local units = (m.layers - a + 1) // period
-  if run.ckpt and period > 1 and composable and not S.timeline
-    and compose.enabled(S, units, run, true) then
+  if run.ckpt and period > 1 and composable and compose.enabled(S, units, run, true) then
     while i < a do i, h = walk(i, h) end
     -- units 1, 2 and the last are walked, the others' gradients read off
     -- the layers' group (stdlib/compose.lua) or their tables (made on read)

@@ -336,10 +336,10 @@ t "DeepSpeed JSON from the working dir"  0 "DeepSpeed config from ds/z2.json" \
 
 # A built-in command's memory budget is 2048 MiB, a script's 256: a GLM-4.5-
 # shaped MoE (92 layers, 160 experts, 3 dense first) under LoRA,
-# checkpointing every 2nd layer, its timeline drawn (text output: the
-# periods are walked layer by layer so that the drawing shows each) holds
-# ~330 MiB; a 128 MiB budget is reached. With every layer checkpointed and
-# ZeRO-3 on 8 GPUs, not drawn (--json), the MoE tail composes: ~20 MiB.
+# checkpointing every 2nd layer, its timeline drawn (text output; the
+# periods composed as units) holds ~80 MiB; a 48 MiB budget is reached. With
+# every layer checkpointed and ZeRO-3 on 8 GPUs, not drawn (--json), the MoE
+# tail composes: ~20 MiB.
 mkdir -p "$D/glm45"
 printf '%s' '{"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "attention_bias": true,
  "first_k_dense_replace": 3, "head_dim": 128, "hidden_size": 5120, "intermediate_size": 12288,
@@ -355,8 +355,8 @@ printf 'model:\n  config: glm45/config.json\nrun:\n  mode: train\n  batch: 1\n  
   >"$D/glm45_walked.yaml"
 t "a built-in command's memory budget holds a 355B MoE" 0 "peak" \
   '"$V" estimate glm45_walked.yaml'
-t "the same under a 128 MiB budget"                    1 "memory budget of 128 MiB was reached" \
-  '"$V" --max-memory 128 estimate glm45_walked.yaml'
+t "the same under a 48 MiB budget"                     1 "memory budget of 48 MiB was reached" \
+  '"$V" --max-memory 48 estimate glm45_walked.yaml'
 t "the MoE tail composed: ZeRO-3 x 8 in 32 MiB"        0 '"device_total_bytes"' \
   '"$V" --max-memory 32 estimate glm45.yaml --json'
 

@@ -173,7 +173,8 @@ end
 -- Checkpointing every n-th layer or in segments composes whole periods of
 -- layers as units (models/decoder.lua), the layers left over walked: the
 -- answer of every layer walked (compose = false), with or without a tail,
--- and with a timeline the walk as before.
+-- and drawn too: the composed timeline keeps no more events than the walk's
+-- and reaches the same peak, first at the same phase and op.
 function tests.checkpoint_periods_compose_as_units()
   local compose = require("stdlib.compose")
   local calls, layers = 0, compose.layers
@@ -204,7 +205,14 @@ function tests.checkpoint_periods_compose_as_units()
         run.timeline = true
         calls = 0
         local drawn = answer(step.run(run))
-        T.eq(calls, 0, what .. ": walked when drawn")
+        T.eq(calls > 0, n // period >= 4, what .. ": composed when drawn")
+        run.compose = false
+        local walked = answer(step.run(run)).timeline
+        run.compose = nil
+        local tl = drawn.timeline
+        T.ok(tl.events <= walked.events, what .. ": no more events than the walk")
+        T.eq({ tl.peak.live, tl.peak.phase, tl.peak.op },
+          { walked.peak.live, walked.peak.phase, walked.peak.op }, what .. ": the walk's peak")
         drawn.timeline = nil
         T.eq(drawn, full, what .. ": drawn")
         for key in pairs(extra) do f[key] = nil end
