@@ -147,4 +147,83 @@ function tests.every_phase_with_a_sample_keeps_a_column()
   end
 end
 
+-- tape:timeline_collect worked out in Lua from the events one by one: each
+-- stretch's first highest event, the spans, the first event at the peak
+-- with its bytes by category met so far. The C pass walks the repeated
+-- pieces (timeline_repeat) its own way: lean (per piece, running sums
+-- compared) and full (event by event, with categories) must both agree.
+local function reference(t, k)
+  local n = t:timeline_len()
+  k = math.min(k, n)
+  local at, live, phase, spans, by = {}, {}, {}, {}, {}
+  local cur, peak, last_phase, last_rec = 0, { i = 0, live = 0 }, nil, nil
+  for i = 1, n do
+    local d, cat, ph, rec, op = t:timeline_event(i)
+    cur = cur + d
+    by[cat] = (by[cat] or 0) + d
+    if i == 1 or ph ~= last_phase or rec ~= last_rec then
+      if #spans > 0 then spans[#spans].last = i - 1 end
+      spans[#spans + 1] = { phase = ph, recompute = rec, first = i }
+    end
+    last_phase, last_rec = ph, rec
+    local b = (i - 1) * k // n + 1
+    if not at[b] or cur > live[b] then at[b], live[b], phase[b] = i, cur, ph end
+    if cur > peak.live then
+      local copy = {}
+      for c, v in pairs(by) do copy[c] = v end
+      peak = { i = i, live = cur, phase = ph, op = op, by = copy }
+    end
+  end
+  spans[#spans].last = n
+  return { events = n, at = at, live = live, phase = phase, spans = spans, peak = peak }
+end
+
+function tests.the_lean_and_the_full_collect_agree_with_the_events_one_by_one()
+  local tapes = {}
+  for _, fields in ipairs({ {}, { grad_checkpointing = "full" }, { grad_accum = 3 },
+      { mode = "inference" }, { mode = "generate", generate_tokens = 6 },
+      { grad_checkpointing = 2, lora = { rank = 4 } } }) do
+    local new_sim, made = step.new_sim, nil
+    step.new_sim = function(...)
+      made = new_sim(...)
+      return made
+    end
+    local ok, err = pcall(qwen, fields)
+    step.new_sim = new_sim
+    if not ok then error(err, 0) end
+    tapes[#tapes + 1] = { made.tape, (fields.mode or fields.grad_checkpointing or "train")
+      .. (fields.grad_accum and ", accumulation" or "") }
+  end
+  -- a hand-made tape: a piece repeated, a phase inside the repeat, nothing
+  -- above zero before the repeats
+  local t = vram.tape()
+  t:timeline(true)
+  t:phase("a")
+  local x = t:alloc(5, "activations", "x")
+  t:drop(x)
+  local first = t:timeline_len() + 1
+  t:phase("b")
+  local y = t:alloc(7, "activations", "y")
+  t:phase("c")
+  t:temp(3, "temporaries", "z")
+  t:timeline_repeat(first, t:timeline_len(), 4)
+  tapes[#tapes + 1] = { t, "hand-made" }
+  for _, c in ipairs(tapes) do
+    local tape, what = c[1], c[2]
+    local n = tape:timeline_len()
+    T.ok(n > 0, what .. ": events")
+    for _, k in ipairs({ 1, 2, 7, 64, timeline.SAMPLES, n - 1, n, n + 5 }) do
+      if k >= 1 then
+        local want = reference(tape, k)
+        local lean = tape:timeline_collect(k, true)
+        T.eq(lean, want, ("%s, %d samples: lean"):format(what, k))
+        local full = tape:timeline_collect(k, false)
+        full.samples = nil
+        T.eq(full, want, ("%s, %d samples: full"):format(what, k))
+      end
+    end
+  end
+  t:drop(y)
+end
+
 return tests
