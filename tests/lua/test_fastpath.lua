@@ -499,4 +499,50 @@ function tests.timeline_collect_equals_the_reduction_of_every_event()
   T.raises(function() t:timeline_collect((1 << 20) + 1) end, "at most 1048576 samples")
 end
 
+-- The same where most events are repeats (tape:timeline_repeat: composed
+-- micro-batches, grad-free layers and decode steps), which the lean pass
+-- reads piece by piece: whole steps of several kinds, and a hand-made tape
+-- whose repeated piece changes phase inside and rises only after the first
+-- copy.
+function tests.timeline_collect_of_repeated_pieces_equals_the_reduction()
+  local tapes = {}
+  for _, f in ipairs({ { grad_accum = 3 }, { mode = "generate", generate_tokens = 6 },
+      { mode = "inference" }, { grad_checkpointing = 2, lora = { rank = 4 }, grad_accum = 2 } }) do
+    local run = run_of("qwen2_5_1_5b_instruct", { num_hidden_layers = 5 }, f)
+    run.timeline = true
+    local new_sim, made = step.new_sim, nil
+    step.new_sim = function(...)
+      made = new_sim(...)
+      return made
+    end
+    local ok, err = pcall(step.run, run)
+    step.new_sim = new_sim
+    if not ok then error(err, 0) end
+    tapes[#tapes + 1] = { made.tape, f.mode or (f.lora and "lora" or "accumulation") }
+  end
+  local t = vram.tape()
+  t:timeline(true)
+  t:phase("a")
+  t:drop(t:alloc(5, "activations", "x"))
+  local first = t:timeline_len() + 1
+  t:phase("b")
+  local y = t:alloc(7, "activations", "y")
+  t:phase("c")
+  t:temp(3, "temporaries", "z")
+  t:timeline_repeat(first, t:timeline_len(), 4)
+  tapes[#tapes + 1] = { t, "hand-made" }
+  for _, c in ipairs(tapes) do
+    local tape, what = c[1], c[2]
+    local n = tape:timeline_len()
+    T.ok(n > 0, what .. ": events")
+    for _, k in ipairs({ 1, 2, 7, 64, 480, n - 1, n, n + 5 }) do
+      local full = reduce(tape, k)
+      T.eq(tape:timeline_collect(k), full, ("%s, k = %d"):format(what, k))
+      full.samples = nil
+      T.eq(tape:timeline_collect(k, true), full, ("%s, lean, k = %d"):format(what, k))
+    end
+  end
+  t:drop(y)
+end
+
 return tests
