@@ -11,6 +11,7 @@ M.SAMPLES = 480
 -- The timeline the tape kept, as
 -- { events = n,
 --   at = { i }, live = { bytes }, phase = { name },   (sample j's event, live bytes, phase)
+--   runs = { j },   (the first sample of each run of samples of one phase)
 --   samples = { {i, live, by = {cat = bytes}, phase, op, recompute} },
 --   spans = { {phase, first, last, recompute} },   (event indices)
 --   peak = { i, live, by, phase, op } }
@@ -57,37 +58,32 @@ function M.letters(parts)
 end
 
 -- The samples each of `width` columns covers, column c from lo[c] to
--- hi[c]: every stretch of one phase keeps a column of its own (an
--- optimizer step of a few events among thousands is still drawn), the rest
--- go in proportion to the samples, largest remainder first. Stretches
--- outnumbering the columns: by samples alone. (Numeric loops and flat
--- lists: with ipairs, math.min and a table per column the PPO step's
--- sparkline cost 1.3M instructions.)
-local function columns(phases, width)
-  local ns = #phases
-  local first, last, phase, ng = {}, {}, nil, 0 -- the stretches of one phase
-  for j = 1, ns do
-    local p = phases[j]
-    if ng > 0 and p == phase then last[ng] = j
-    else ng = ng + 1; first[ng], last[ng], phase = j, j, p end
-  end
+-- hi[c]: every run of samples of one phase (runs: each one's first sample,
+-- of ns) keeps a column of its own (an optimizer step of a few events among
+-- thousands is still drawn), the rest go in proportion to the samples,
+-- largest remainder first. Runs outnumbering the columns: by samples alone.
+-- (Numeric loops and flat lists: with ipairs, math.min and a table per
+-- column the PPO step's sparkline cost 1.3M instructions.)
+local function columns(runs, ns, width)
+  local ng = #runs
   local lo, hi = {}, {}
   if ng > width then
     for c = 1, width do lo[c], hi[c] = (c - 1) * ns // width + 1, c * ns // width end
     return lo, hi
   end
   local spare = width - ng
-  local left, n, cols, rem, order = spare, {}, {}, {}, {}
+  local left, n, cols, order = spare, {}, {}, {}
   for k = 1, ng do
-    local nk = last[k] - first[k] + 1
-    n[k], cols[k], rem[k], order[k] = nk, 1 + spare * nk // ns, spare * nk % ns, k
+    local nk = (runs[k + 1] or ns + 1) - runs[k]
+    n[k], cols[k] = nk, 1 + spare * nk // ns
     left = left - (cols[k] - 1)
+    -- largest remainder first, the earlier run on a tie: one number each,
+    -- sorted without a Lua comparator (k is the key modulo ng + 1)
+    order[k] = -(spare * nk % ns) * (ng + 1) + k
   end
-  table.sort(order, function(a, b)
-    if rem[a] ~= rem[b] then return rem[a] > rem[b] end
-    return a < b
-  end)
-  while left > 0 do -- width <= ns: some stretch has a sample to spare
+  table.sort(order)
+  for i = 1, ng do order[i] = order[i] % (ng + 1) end
+  while left > 0 do -- width <= ns: some run has a sample to spare
     for i = 1, ng do
       local k = order[i]
       if left > 0 and cols[k] < n[k] then cols[k], left = cols[k] + 1, left - 1 end
@@ -95,7 +91,7 @@ local function columns(phases, width)
   end
   local c = 0
   for k = 1, ng do
-    local f, nk, ck = first[k], n[k], cols[k]
+    local f, nk, ck = runs[k], n[k], cols[k]
     for x = 1, ck do
       c = c + 1
       lo[c], hi[c] = f + (x - 1) * nk // ck, f + x * nk // ck - 1
@@ -116,7 +112,7 @@ function M.sparkline(tl, width)
   local parts = M.parts(tl)
   local np = #parts
   local letter = M.letters(parts)
-  local los, his = columns(tl.phase, width)
+  local los, his = columns(tl.runs, ns, width)
   local first = 1 -- the first part that may meet this column
   for c = 1, #los do
     local lo, hi = los[c], his[c]
@@ -149,12 +145,13 @@ function M.sparkline(tl, width)
     end
     marks[c] = letter[name]
   end
-  local legend = {}
-  for _, p in ipairs(parts) do
-    local l = letter[p.name] .. "=" .. p.name
-    local seen = false
-    for _, x in ipairs(legend) do if x == l then seen = true end end
-    if not seen then legend[#legend + 1] = l end
+  local legend, listed = {}, {}
+  for k = 1, np do
+    local name = parts[k].name
+    if not listed[name] then -- (a letter is one name's)
+      listed[name] = true
+      legend[#legend + 1] = letter[name] .. "=" .. name
+    end
   end
   return table.concat(cols), table.concat(marks), table.concat(legend, " ")
 end

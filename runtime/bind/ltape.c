@@ -1068,7 +1068,7 @@ static bool collect_lean(const vr_tl_event *ev, const vr_tl_piece *pc, size_t np
   return true;
 }
 
-/* t:timeline_collect(k [, lean]) -> {events, at, live, phase, samples,
+/* t:timeline_collect(k [, lean]) -> {events, at, live, phase, runs, samples,
  * spans, peak} | nil: the timeline reduced to k samples, each the first
  * event that reaches the highest live bytes of its stretch
  * (stdlib/timeline.lua documents the table). lean: without samples (their
@@ -1180,7 +1180,7 @@ static int l_timeline_collect(lua_State *L) {
 tables:
   lua_newtable(L); /* the names pushed so far (push_name) */
   int names = lua_gettop(L);
-  lua_createtable(L, 0, 7);
+  lua_createtable(L, 0, 8);
   lua_pushinteger(L, (lua_Integer)n);
   lua_setfield(L, -2, "events");
   /* each sample's event, live bytes and phase as three lists (what a
@@ -1195,6 +1195,16 @@ tables:
     }
     lua_setfield(L, -2, f == 0 ? "at" : f == 1 ? "live" : "phase");
   }
+  /* the first sample of each run of samples of one phase (a sparkline
+   * gives each run a column: in Lua, the runs of 480 phases cost ~0.2M
+   * instructions) */
+  lua_newtable(L);
+  for (size_t j = 0, r = 0; j < k; j++)
+    if (j == 0 || pts[j].phase != pts[j - 1].phase) {
+      lua_pushinteger(L, (lua_Integer)j + 1);
+      lua_rawseti(L, -2, (lua_Integer)++r);
+    }
+  lua_setfield(L, -2, "runs");
   if (!lean) {
     lua_createtable(L, (int)k, 0);
     for (size_t j = 0; j < k; j++) {

@@ -412,7 +412,8 @@ end
 
 -- tape:timeline_collect (C) against the reduction written out here over
 -- the raw events: each of k stretches' first highest event with the
--- categories met so far, the spans of phase and recomputation, the peak.
+-- categories met so far, the runs of samples of one phase, the spans of
+-- phase and recomputation, the peak.
 local function reduce(tape, k)
   local n = tape:timeline_len()
   k = math.min(k, n)
@@ -442,10 +443,13 @@ local function reduce(tape, k)
       want = want + 1
     end
   end
-  local at, lives, phases = {}, {}, {}
-  for j, x in ipairs(out) do at[j], lives[j], phases[j] = x.i, x.live, x.phase end
-  return { events = n, at = at, live = lives, phase = phases, samples = out, spans = spans,
-    peak = peak }
+  local at, lives, phases, runs = {}, {}, {}, {}
+  for j, x in ipairs(out) do
+    at[j], lives[j], phases[j] = x.i, x.live, x.phase
+    if j == 1 or x.phase ~= phases[j - 1] then runs[#runs + 1] = j end
+  end
+  return { events = n, at = at, live = lives, phase = phases, runs = runs, samples = out,
+    spans = spans, peak = peak }
 end
 
 -- A VLM's reference model reads the policy's pixel_values (it raised
