@@ -17,6 +17,7 @@
 #define LIMITS_KEY "vramlua.limits"
 #define HOOK_STRIDE 10000
 #define GC_PAUSE 400 /* percent: see vh_newstate */
+#define GC_FIRST_KIB (16 * 1024) /* see vh_newstate */
 
 /* The state's allocator, which lua_getallocf hands to C code too (the tape
  * allocates through it), so one budget and one count cover Lua and C. */
@@ -112,21 +113,8 @@ static void pooled_free(void *ptr, size_t old) {
 }
 #endif
 
-/* The first collection's threshold (vh_newstate): a userdata Lua counts
- * as GC_BALLAST bytes whose block is gc_ballast, room for the header Lua
- * writes and nothing more (nothing reads or writes its bytes: no Lua code
- * ever holds it). It costs no memory, and the budget does not count it. */
-#define GC_BALLAST ((size_t)8 << 20)
-static max_align_t gc_ballast[8];
-static bool ballast_next; /* the next allocation is the ballast's */
-
 static void *limited_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   vh_limits *lim = (vh_limits *)ud;
-  if (ptr == (void *)gc_ballast) return NULL; /* collected (a userdata never resizes) */
-  if (ballast_next && !ptr && nsize >= GC_BALLAST) {
-    ballast_next = false;
-    return gc_ballast;
-  }
   size_t old = ptr ? osize : 0;
   if (nsize == 0) {
     pooled_free(ptr, old);
@@ -184,18 +172,18 @@ lua_State *vh_newstate(vh_limits *lim) {
    * budget still holds: Lua collects in full before it reports an
    * allocation refused. */
   lua_gc(L, LUA_GCINC, GC_PAUSE, 0, 0);
-  /* The first cycle waits until Lua has allocated ~24 MiB: a full
-   * collection that finds the ballast alive sets the next one at 4x its
-   * GC_BALLAST bytes (stock Lua has no other way to set a threshold), and
-   * the ballast, dropped at once, goes with that next cycle. An estimate
-   * allocates 1.5-3 MiB in all: its process never collects (the cycles
+  /* The first cycle waits until Lua has allocated GC_FIRST_KIB: an
+   * estimate allocates 0.7-3 MiB in all and never collects (the cycles
    * that ran while its heap grew from nothing cost ~0.3M instructions of
-   * 7.7M); a search collects as before from its first cycle on. */
-  ballast_next = true;
-  lua_newuserdatauv(L, GC_BALLAST, 0); /* (limited_alloc cannot refuse it) */
-  ballast_next = false;
-  lua_gc(L, LUA_GCCOLLECT);
-  lua_pop(L, 1);
+   * 7.7M, and 3 % of a layout search); a search collects as before from its
+   * first cycle on. Nothing public sets a threshold: a step of a negative
+   * size takes that many KiB off the collector's debt (Lua 5.4's lua_gc
+   * adds the size to the debt), which is what may be allocated before its
+   * next step. The heap's count (collectgarbage("count")) is the heap's; a
+   * script's collectgarbage("collect" or "step") acts at once; a budget
+   * under the threshold collects in full when it is reached, as above
+   * (tests/cli/run.sh). */
+  lua_gc(L, LUA_GCSTEP, -GC_FIRST_KIB);
   return L;
 }
 
