@@ -946,12 +946,12 @@ static inline void tl_add(const vr_tl_event *e, int64_t *live, int64_t *by, unsi
 }
 
 /* Point p: the timeline after event i (0-based) e, live bytes live, by
- * category by (seen: the categories met; by copied only with categories). */
+ * category by (seen: the categories met). */
 static inline void keep_point(tl_point *p, size_t i, int64_t live, const int64_t *by,
-                              unsigned seen, const vr_tl_event *e, bool categories) {
+                              unsigned seen, const vr_tl_event *e) {
   p->i = i + 1;
   p->live = live;
-  if (categories) memcpy(p->by, by, sizeof p->by);
+  memcpy(p->by, by, sizeof p->by);
   p->seen = seen;
   p->phase = e->phase;
   p->label = e->label;
@@ -1072,10 +1072,10 @@ static bool collect_lean(const vr_tl_event *ev, const vr_tl_piece *pc, size_t np
  * spans, peak} | nil: the timeline reduced to k samples, each the first
  * event that reaches the highest live bytes of its stretch
  * (stdlib/timeline.lua documents the table). lean: without samples (their
- * categories and ops), at, live and phase being what a sparkline draws;
- * the peak stays whole. Every buffer is allocated first; the one pass over
- * the events then runs in C without calling Lua, and the tables are made
- * last. */
+ * categories and ops), at, live, phase and runs being what a sparkline
+ * draws; the peak stays whole (collect_lean's pass, piece by piece; the
+ * full pass goes event by event). Every buffer is allocated first; the pass
+ * then runs in C without calling Lua, and the tables are made last. */
 #define TL_MAX_SAMPLES (INT64_C(1) << 20)
 
 static int l_timeline_collect(lua_State *L) {
@@ -1117,12 +1117,12 @@ static int l_timeline_collect(lua_State *L) {
       goto miscounted;
     goto tables;
   }
-  /* one pass over the events, in C (no Lua runs until the tables are
-   * made): the running sums, the spans, the peak, and each stretch's first
-   * highest event, its point written out at every new high of the stretch
-   * (lean: without the categories). Stretch b holds the events i with
-   * i * k / n == b: from ceil(b * n / k) to ceil((b + 1) * n / k) (k <= n:
-   * each holds one at least). */
+  /* the full pass, one over the events, in C (no Lua runs until the
+   * tables are made): the running sums, the spans, the peak, and each
+   * stretch's first highest event, its point written out with its
+   * categories at every new high of the stretch. Stretch b holds the events
+   * i with i * k / n == b: from ceil(b * n / k) to ceil((b + 1) * n / k)
+   * (k <= n: each holds one at least). */
   size_t i = 0, b = 0, end = 0, s = 0;
   const vr_tl_event *prev = NULL;
   int64_t live = 0, top = 0, by[VR_NCAT] = {0};
@@ -1141,15 +1141,15 @@ static int l_timeline_collect(lua_State *L) {
           if (s > 0) spans[s - 1].last = i;
           spans[s++] = (tl_span){e->phase, e->recompute != 0, i + 1, 0};
         }
-        if (live > peak->live) keep_point(peak, i, live, by, seen, e, true);
+        if (live > peak->live) keep_point(peak, i, live, by, seen, e);
         if (i == end) { /* stretch b begins */
           b = (size_t)((uint64_t)i * k / n);
           end = (size_t)((((uint64_t)b + 1) * n + k - 1) / k); /* n < 2^32 */
           top = live;
-          keep_point(&pts[b], i, live, by, seen, e, !lean);
+          keep_point(&pts[b], i, live, by, seen, e);
         } else if (live > top) {
           top = live;
-          keep_point(&pts[b], i, live, by, seen, e, !lean);
+          keep_point(&pts[b], i, live, by, seen, e);
         }
         prev = e;
         j++, i++;
@@ -1167,8 +1167,8 @@ static int l_timeline_collect(lua_State *L) {
           }
           if (live > top) {
             top = live;
-            keep_point(&pts[b], i, live, by, seen, f, !lean);
-            if (live > peak->live) keep_point(peak, i, live, by, seen, f, true);
+            keep_point(&pts[b], i, live, by, seen, f);
+            if (live > peak->live) keep_point(peak, i, live, by, seen, f);
           }
         }
         if (run) prev = src + j + run - 1;
