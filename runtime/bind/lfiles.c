@@ -62,16 +62,22 @@ static struct {
 
 /* realpath(path, out) for an existing file that is not itself a link,
  * through real_dir; 0 when it does not apply (the caller then asks
- * realpath). */
-static int resolve_cached(const char *path, char *out) {
+ * realpath). *missing: the file does not exist (lstat: ENOENT), which a
+ * realpath would walk the whole path to find out. */
+static int resolve_cached(const char *path, char *out, int *missing) {
   last_file.set = false;
+  *missing = 0;
   const char *slash = strrchr(path, '/');
   size_t dl = slash ? (size_t)(slash - path) : 0;
   if (!slash || dl == 0 || dl >= PATH_MAX) return 0;
   const char *base = slash + 1;
   if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) return 0;
   struct stat st;
-  if (lstat(path, &st) != 0 || S_ISLNK(st.st_mode)) return 0;
+  if (lstat(path, &st) != 0) {
+    *missing = errno == ENOENT;
+    return 0;
+  }
+  if (S_ISLNK(st.st_mode)) return 0;
   last_file.set = S_ISREG(st.st_mode) && strlen(path) < PATH_MAX;
   if (last_file.set) {
     last_file.st = st;
@@ -93,10 +99,13 @@ static int resolve_cached(const char *path, char *out) {
 /* Resolves path into out (PATH_MAX bytes). A name that does not exist yet is
  * resolved through its parent directory. Returns 0, or an errno value. */
 static int resolve(const char *path, char *out) {
-  if (resolve_cached(path, out)) return 0;
-  if (realpath(path, out)) return 0;
-  int e = errno;
-  if (e != ENOENT && e != ENOTDIR) return e;
+  int missing, e = ENOENT;
+  if (resolve_cached(path, out, &missing)) return 0;
+  if (!missing) {
+    if (realpath(path, out)) return 0;
+    e = errno;
+    if (e != ENOENT && e != ENOTDIR) return e;
+  }
   size_t n = strlen(path);
   if (n == 0 || n >= PATH_MAX) return e;
   char buf[PATH_MAX];
@@ -110,8 +119,10 @@ static int resolve(const char *path, char *out) {
     base = slash + 1;
   }
   if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0) return e;
-  char parent[PATH_MAX];
-  if (!realpath(dir, parent)) return e;
+  char resolved[PATH_MAX];
+  const char *parent = real_dir(dir); /* (remembered: a search tries a few directories) */
+  if (!parent) parent = realpath(dir, resolved); /* (the cache full) */
+  if (!parent) return e;
   size_t pl = strlen(parent), bl = strlen(base);
   if (strcmp(parent, "/") == 0) pl = 0;
   if (pl + 1 + bl + 1 > PATH_MAX) return ENAMETOOLONG;
@@ -144,7 +155,8 @@ int vb_files_restricted(lua_State *L) {
 
 static int allow(lua_State *L, const char *path, const char *field, int tree) {
   char res[PATH_MAX];
-  if (!resolve_cached(path, res) && !realpath(path, res)) return 0;
+  int missing;
+  if (!resolve_cached(path, res, &missing) && (missing || !realpath(path, res))) return 0;
   if (lua_getfield(L, LUA_REGISTRYINDEX, RULE_KEY) != LUA_TTABLE) {
     lua_pop(L, 1);
     return 0;
