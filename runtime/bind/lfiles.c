@@ -25,18 +25,46 @@
  * sits in one of a few directories, and realpath asks the kernel about each
  * component of a path (~7 readlink calls a module, issue 18). A process
  * resolves a directory once; one lstat tells whether the file itself is a
- * link, which the full realpath then follows. */
-#define DIR_CACHE 8
+ * link, which the full realpath then follows. A folder in a remembered
+ * folder is that one's realpath and its name when one lstat says it is a
+ * folder and no link (the sandbox's trees are remembered first: the
+ * modules' folders lie in them). */
+#define DIR_CACHE 32 /* (a process meets ~7: the trees, stdlib/, models/, a spec's folders) */
 static struct {
   char *given, *real;
 } dir_cache[DIR_CACHE];
 
+static const char *cached_dir(const char *dir, size_t len) {
+  for (int i = 0; i < DIR_CACHE && dir_cache[i].given; i++)
+    if (strncmp(dir_cache[i].given, dir, len) == 0 && dir_cache[i].given[len] == '\0')
+      return dir_cache[i].real;
+  return NULL;
+}
+
+/* dir's realpath into res through its parent's, remembered; 0 when that
+ * does not apply. */
+static int under_cached(const char *dir, char *res) {
+  const char *slash = strrchr(dir, '/'), *name = slash ? slash + 1 : NULL;
+  if (!slash || slash == dir || !*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+    return 0;
+  const char *parent = cached_dir(dir, (size_t)(slash - dir));
+  struct stat st;
+  if (!parent || lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+  size_t pl = strcmp(parent, "/") == 0 ? 0 : strlen(parent), nl = strlen(name);
+  if (pl + 1 + nl + 1 > PATH_MAX) return 0;
+  memcpy(res, parent, pl);
+  res[pl] = '/';
+  memcpy(res + pl + 1, name, nl + 1);
+  return 1;
+}
+
 static const char *real_dir(const char *dir) {
+  const char *known = cached_dir(dir, strlen(dir));
+  if (known) return known;
   int i = 0;
-  for (; i < DIR_CACHE && dir_cache[i].given; i++)
-    if (strcmp(dir_cache[i].given, dir) == 0) return dir_cache[i].real;
+  while (i < DIR_CACHE && dir_cache[i].given) i++;
   char res[PATH_MAX];
-  if (i == DIR_CACHE || !realpath(dir, res)) return NULL;
+  if (i == DIR_CACHE || (!under_cached(dir, res) && !realpath(dir, res))) return NULL;
   char *g = strdup(dir), *r = strdup(res);
   if (!g || !r) {
     free(g);
@@ -156,7 +184,9 @@ int vb_files_restricted(lua_State *L) {
 static int allow(lua_State *L, const char *path, const char *field, int tree) {
   char res[PATH_MAX];
   int missing;
-  if (!resolve_cached(path, res, &missing) && (missing || !realpath(path, res))) return 0;
+  const char *dir = tree ? real_dir(path) : NULL; /* (a tree is remembered) */
+  if (dir && strlen(dir) < PATH_MAX) strcpy(res, dir);
+  else if (!resolve_cached(path, res, &missing) && (missing || !realpath(path, res))) return 0;
   if (lua_getfield(L, LUA_REGISTRYINDEX, RULE_KEY) != LUA_TTABLE) {
     lua_pop(L, 1);
     return 0;
