@@ -34,6 +34,17 @@ static struct {
   char *given, *real;
 } dir_cache[DIR_CACHE];
 
+/* out = a folder's realpath `real` and `name` joined (no second slash
+ * after "/"); 0 when that is longer than PATH_MAX. */
+static int join(char *out, const char *real, const char *name) {
+  size_t rl = strcmp(real, "/") == 0 ? 0 : strlen(real), nl = strlen(name);
+  if (rl + 1 + nl + 1 > PATH_MAX) return 0;
+  memcpy(out, real, rl);
+  out[rl] = '/';
+  memcpy(out + rl + 1, name, nl + 1);
+  return 1;
+}
+
 static const char *cached_dir(const char *dir, size_t len) {
   for (int i = 0; i < DIR_CACHE && dir_cache[i].given; i++)
     if (strncmp(dir_cache[i].given, dir, len) == 0 && dir_cache[i].given[len] == '\0')
@@ -50,12 +61,7 @@ static int under_cached(const char *dir, char *res) {
   const char *parent = cached_dir(dir, (size_t)(slash - dir));
   struct stat st;
   if (!parent || lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
-  size_t pl = strcmp(parent, "/") == 0 ? 0 : strlen(parent), nl = strlen(name);
-  if (pl + 1 + nl + 1 > PATH_MAX) return 0;
-  memcpy(res, parent, pl);
-  res[pl] = '/';
-  memcpy(res + pl + 1, name, nl + 1);
-  return 1;
+  return join(res, parent, name);
 }
 
 static const char *real_dir(const char *dir) {
@@ -115,13 +121,7 @@ static int resolve_cached(const char *path, char *out, int *missing) {
   memcpy(dir, path, dl);
   dir[dl] = '\0';
   const char *real = real_dir(dir);
-  if (!real) return 0;
-  size_t rl = strcmp(real, "/") == 0 ? 0 : strlen(real), bl = strlen(base);
-  if (rl + 1 + bl + 1 > PATH_MAX) return 0;
-  memcpy(out, real, rl);
-  out[rl] = '/';
-  memcpy(out + rl + 1, base, bl + 1);
-  return 1;
+  return real && join(out, real, base);
 }
 
 /* Resolves path into out (PATH_MAX bytes). A name that does not exist yet is
@@ -151,13 +151,7 @@ static int resolve(const char *path, char *out) {
   const char *parent = real_dir(dir); /* (remembered: a search tries a few directories) */
   if (!parent) parent = realpath(dir, resolved); /* (the cache full) */
   if (!parent) return e;
-  size_t pl = strlen(parent), bl = strlen(base);
-  if (strcmp(parent, "/") == 0) pl = 0;
-  if (pl + 1 + bl + 1 > PATH_MAX) return ENAMETOOLONG;
-  memcpy(out, parent, pl);
-  out[pl] = '/';
-  memcpy(out + pl + 1, base, bl + 1);
-  return 0;
+  return join(out, parent, base) ? 0 : ENAMETOOLONG;
 }
 
 static int under(const char *path, const char *dir) {
