@@ -289,7 +289,7 @@ static int l_require(lua_State *L) {
   lua_getfield(L, LUA_REGISTRYINDEX, LUA_LOADED_TABLE);
   if (lua_getfield(L, -1, name) != LUA_TNIL) return 1;
   lua_pop(L, 1);
-  if (!vh_find_module(lim->search, lim->script_dir, name, path, sizeof path))
+  if (!vh_find_module(lim->search, lim->script_dir, name, path, sizeof path, !lim->trusted))
     return luaL_error(L, "module '%s' not found (looked beside the script, in VRAMLUA_PATH "
                          "and in %s)", name, lim->search->share);
   vb_check_read(L, path); /* a symbolic link must not lead out of the sandbox */

@@ -25,9 +25,11 @@ bool vh_is_file(const char *path);
 bool vh_is_dir(const char *path);
 /* Finds a script; false when not found. */
 bool vh_find_script(const vh_search *s, const char *name, char *out, size_t outsz);
-/* Finds a module file for a dotted name, first in `first_dir` (may be NULL). */
+/* Finds a module file for a dotted name, first in `first_dir` (may be NULL).
+ * stable: nothing in this process can make a folder (a sandboxed state):
+ * folders found missing are remembered and not looked in again. */
 bool vh_find_module(const vh_search *s, const char *first_dir, const char *modname, char *out,
-                    size_t outsz);
+                    size_t outsz, bool stable);
 /* Directory part of a path ("." when none). */
 void vh_dirname(const char *path, char *out, size_t outsz);
 

@@ -161,6 +161,20 @@ t "VRAMLUA_PATH finds a script"          0 "found in VRAMLUA_PATH"  'cd other &&
 t "VRAMLUA_PATH with several entries"    0 "found in VRAMLUA_PATH"  'cd other && VRAMLUA_PATH="/nonexistent:$D/lib" "$V" run name.lua'
 t "VRAMLUA_PATH scripts/ directory"      0 "found in scripts/"      'cd other && VRAMLUA_PATH="$D/lib" "$V" run tool.lua'
 t "no VRAMLUA_PATH, not found"           1 "cannot find script"     'cd other && "$V" run name.lua'
+# a folder of modules missing beside the script is looked for once
+# (runtime/host/search.c): the second module under it is still found in
+# VRAMLUA_PATH, and one beside the script in a folder that exists still wins
+mkdir -p "$D/lib/team" "$D/other/team"
+echo 'return "a from VRAMLUA_PATH"' >"$D/lib/team/a.lua"
+echo 'return "b from VRAMLUA_PATH"' >"$D/lib/team/b.lua"
+echo 'return "c beside the script"' >"$D/other/team/c.lua"
+echo 'return "c from VRAMLUA_PATH"' >"$D/lib/team/c.lua"
+echo 'print(require("team.a"), require("team.b"))' >"$D/mods/twice.lua"
+echo 'print(require("team.c"))' >"$D/other/beside.lua"
+t "modules under a folder missing beside the script" 0 "a from VRAMLUA_PATH	b from VRAMLUA_PATH" \
+  'VRAMLUA_PATH="$D/lib" "$V" run mods/twice.lua'
+t "a module beside the script still wins" 0 "c beside the script" \
+  'VRAMLUA_PATH="$D/lib" "$V" run other/beside.lua'
 t "script by absolute path"              0 "9437188"                'cd other && "$V" run "$D/nvfp4.lua"'
 t "modules found beside the script"      0 "module value	42	true" 'cd other && "$V" run "$D/mods/usemod.lua"'
 t "module names cannot climb"            0 "not found"              '"$V" run mods/climb.lua'
