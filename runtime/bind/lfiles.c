@@ -178,8 +178,8 @@ int vb_files_restricted(lua_State *L) {
 static int allow(lua_State *L, const char *path, const char *field, int tree) {
   char res[PATH_MAX];
   int missing;
-  const char *dir = tree ? real_dir(path) : NULL; /* (a tree is remembered) */
-  if (dir && strlen(dir) < PATH_MAX) strcpy(res, dir);
+  const char *dir = tree ? real_dir(path) : NULL; /* (a tree is remembered; < PATH_MAX) */
+  if (dir) strcpy(res, dir);
   else if (!resolve_cached(path, res, &missing) && (missing || !realpath(path, res))) return 0;
   if (lua_getfield(L, LUA_REGISTRYINDEX, RULE_KEY) != LUA_TTABLE) {
     lua_pop(L, 1);

@@ -114,11 +114,11 @@ static bool under_missing(const char *path, size_t len) {
 static bool try_module(char *out, size_t outsz, const char *root, const char *rel, bool stable) {
   const char *slash = strrchr(rel, '/');
   if (!stable || !slash) return try_path(out, outsz, root, "/", rel);
-  int n = snprintf(out, outsz, "%s/%.*s", root, (int)(slash - rel), rel); /* its folder */
-  if (n <= 0 || (size_t)n >= outsz || under_missing(out, (size_t)n)) return false;
+  char dir[VH_PATH_MAX]; /* its folder */
+  int n = snprintf(dir, sizeof dir, "%s/%.*s", root, (int)(slash - rel), rel);
+  if (n <= 0 || (size_t)n >= sizeof dir || under_missing(dir, (size_t)n)) return false;
   if (try_path(out, outsz, root, "/", rel)) return true;
-  snprintf(out, outsz, "%s/%.*s", root, (int)(slash - rel), rel);
-  if (nmissing < MISSING_MAX && !vh_is_dir(out) && (missing[nmissing] = strdup(out)) != NULL)
+  if (nmissing < MISSING_MAX && !vh_is_dir(dir) && (missing[nmissing] = strdup(dir)) != NULL)
     nmissing++;
   return false;
 }
