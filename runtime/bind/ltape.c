@@ -958,16 +958,18 @@ static inline void keep_point(tl_point *p, size_t i, int64_t live, const int64_t
   p->recompute = e->recompute != 0;
 }
 
-/* Sample b's point in a lean collect: event i (0-based) e, live bytes live
- * (no categories: a lean collect draws none but the peak's). */
-static inline void lean_point(tl_point *p, size_t i, int64_t live, const vr_tl_event *e) {
-  p->i = i + 1;
-  p->live = live;
-  p->seen = 0;
-  p->phase = e->phase;
-  p->label = e->label;
-  p->recompute = e->recompute != 0;
+/* A span of the timeline begins at event i (0-based) e, the one before it
+ * ends there; false when the tape counted fewer spans (a bug). */
+static inline bool begin_span(tl_span *spans, size_t *s, size_t nspans, const vr_tl_event *e,
+                              size_t i) {
+  if (*s == nspans) return false;
+  if (*s > 0) spans[*s - 1].last = i;
+  spans[(*s)++] = (tl_span){e->phase, e->recompute != 0, i + 1, 0};
+  return true;
 }
+
+/* The categories of a lean collect's samples: none (it draws the peak's). */
+static const int64_t NO_CATEGORIES[VR_NCAT];
 
 /* The lean collect's pass: the points, spans and peak the full pass finds,
  * piece by piece. A piece repeated `times` times is the same events each
@@ -999,23 +1001,16 @@ static bool collect_lean(const vr_tl_event *ev, const vr_tl_piece *pc, size_t np
     for (int64_t c = 0; len > 0 && c < pc[q].times; c++) {
       const int64_t base = live;
       const size_t i0 = i;
-      if (!prev || vr_tl_new_span(prev, src)) {
-        if (s == nspans) return false;
-        if (s > 0) spans[s - 1].last = i0;
-        spans[s++] = (tl_span){src->phase, src->recompute != 0, i0 + 1, 0};
-      }
-      for (size_t x = 0; x < ns; x++) {
-        const vr_tl_event *e = src + S[x];
-        if (s == nspans) return false;
-        spans[s - 1].last = i0 + S[x];
-        spans[s++] = (tl_span){e->phase, e->recompute != 0, i0 + S[x] + 1, 0};
-      }
+      if ((!prev || vr_tl_new_span(prev, src)) && !begin_span(spans, &s, nspans, src, i0))
+        return false;
+      for (size_t x = 0; x < ns; x++)
+        if (!begin_span(spans, &s, nspans, src + S[x], i0 + S[x])) return false;
       for (size_t j = 0; j < len;) {
         if (i == end) { /* stretch b begins (as in the full pass) */
           b = (size_t)((uint64_t)i * k / n);
           end = (size_t)((((uint64_t)b + 1) * n + k - 1) / k);
           top = base + P[j];
-          lean_point(&pts[b], i, top, src + j);
+          keep_point(&pts[b], i, top, NO_CATEGORIES, 0, src + j);
           j++, i++;
           continue;
         }
@@ -1025,7 +1020,7 @@ static bool collect_lean(const vr_tl_event *ev, const vr_tl_piece *pc, size_t np
           if (P[x] > high) high = P[best = x];
         if (best < len) {
           top = base + high;
-          lean_point(&pts[b], i + (best - j), top, src + best);
+          keep_point(&pts[b], i + (best - j), top, NO_CATEGORIES, 0, src + best);
         }
         i += run, j += run;
       }
@@ -1136,11 +1131,8 @@ static int l_timeline_collect(lua_State *L) {
          * before it) or a stretch's first: every check */
         const vr_tl_event *e = src + j;
         tl_add(e, &live, by, &seen);
-        if (!prev || vr_tl_new_span(prev, e)) {
-          if (s == nspans) goto miscounted;
-          if (s > 0) spans[s - 1].last = i;
-          spans[s++] = (tl_span){e->phase, e->recompute != 0, i + 1, 0};
-        }
+        if ((!prev || vr_tl_new_span(prev, e)) && !begin_span(spans, &s, nspans, e, i))
+          goto miscounted;
         if (live > peak->live) keep_point(peak, i, live, by, seen, e);
         if (i == end) { /* stretch b begins */
           b = (size_t)((uint64_t)i * k / n);
@@ -1160,11 +1152,7 @@ static int l_timeline_collect(lua_State *L) {
         size_t run = len - j < end - i ? len - j : end - i;
         for (const vr_tl_event *f = src + j, *stop = f + run; f < stop; f++, i++) {
           tl_add(f, &live, by, &seen);
-          if (f->starts) {
-            if (s == nspans) goto miscounted;
-            spans[s - 1].last = i;
-            spans[s++] = (tl_span){f->phase, f->recompute != 0, i + 1, 0};
-          }
+          if (f->starts && !begin_span(spans, &s, nspans, f, i)) goto miscounted;
           if (live > top) {
             top = live;
             keep_point(&pts[b], i, live, by, seen, f);
