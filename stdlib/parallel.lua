@@ -1042,23 +1042,36 @@ end
 -- above): that pass's model and its tape as built, this layout's states and
 -- allocations on a tape of their own, the recorded forward and backward
 -- windows. Its peaks, reserved bytes, categories at the peak and device
--- total are the simulated ones.
+-- total are the simulated ones. M.LEAN_SEARCH = false turns replays off
+-- (tests/lib/compare.lua's walked compares with every pass run).
+M.LEAN_SEARCH = true
 function M.search(base, limit, lean)
-  return { base = base, held = {}, limit = limit, lean = lean, replays = {}, measured = {} }
+  return { base = base, held = {}, limit = limit, lean = lean and M.LEAN_SEARCH,
+    replays = {}, measured = {} }
 end
 
 
 -- What the measuring pass reads, as a string: the rank's run but its
--- master_dtype (read only by the states, never before the forward ends)
--- and its layout (read by nothing the pass calls); whether parameters hold
--- their bytes on the tape; the splits and the chunk the forward runs.
--- States allocated before the forward (partitions, windows, ring buffers)
--- do not change what the forward adds to the live bytes.
-local MEASURE_SKIP = { parallel = true, master_dtype = true }
+-- master_dtype and its optimizer (read only by the states and the
+-- optimizer's step, never between the forward's start and the backward's
+-- end) and its layout (read by nothing the pass calls); whether parameters
+-- hold their bytes on the tape; the splits and the chunk the forward runs.
+-- States allocated before the forward (partitions, windows, ring buffers,
+-- optimizer states) do not change what the forward adds to the live bytes,
+-- nor what the backward does: a lean search replays one record for runs
+-- that differ in their optimizer alone (fit --knobs' 8-bit AdamW, bf16
+-- states, Adafactor under a layout), each one's states and step its own.
+local MEASURE_SKIP = { parallel = true, master_dtype = true, optimizer = true }
+-- A stage without the head reads no loss field either (models/causal_lm.lua
+-- forward_stage: the embedding or the received activation, then its
+-- layers): runs that differ in their loss kernel share its passes.
+local HEADLESS_SKIP = { parallel = true, master_dtype = true }
+for k in pairs(step.UNREAD_BY_LAYERS) do HEADLESS_SKIP[k] = true end
+local function measure_skip(role) return role.last and MEASURE_SKIP or HEADLESS_SKIP end
 local SHAPE_SKIP = { parallel = true } -- one layout's roles: one parallel table
--- measured (optional): run.key(lrun, base, MEASURE_SKIP), when known.
+-- measured (optional): run.key(lrun, base, measure_skip(role)), when known.
 local function measure_key(lrun, L, role, base, measured)
-  return table.concat({ measured or run_key(lrun, base, MEASURE_SKIP),
+  return table.concat({ measured or run_key(lrun, base, measure_skip(role)),
     tostring(params_on_tape(scheme_of(L))),
     tostring(L.sp), L.tp, L.cp, L.vstages, tostring(role.first), tostring(role.last), role.layers,
     role.chunk_layers }, "|")
@@ -1173,20 +1186,21 @@ function M.budget(run, gpu_name, search)
   local gpu = gpus.find(gpu_name or run.gpu)
   local nccl = M.nccl_bytes(L)
   local shapes = {} -- a simulated role's run but its layout -> its in-flight count
-  -- the run but its layout and master_dtype, as a string: with
+  -- the run but its layout, master_dtype and optimizer, as a string: with
   -- M.local_inputs, what names a rank-local run's measuring key in a
   -- search (the layouts of one shape but their ZeRO stage share one)
   local given = search and run_key(run, search.base, MEASURE_SKIP) .. "#"
   for _, role in ipairs(M.roles(L, run)) do
     local lrun = M.local_run(run, L, role)
-    -- the role's run but its layout and master_dtype: the measuring
-    -- pass's key (run.key), remembered by what it is made from
+    -- the role's run but its layout, master_dtype and optimizer (and its
+    -- loss, on a stage without the head): the measuring pass's key
+    -- (run.key), remembered by what it is made from
     local measured
     if search then
       local from = given .. M.local_inputs(run, L, role)
       measured = search.measured[from]
       if not measured then
-        measured = run_key(lrun, search.base, MEASURE_SKIP)
+        measured = run_key(lrun, search.base, measure_skip(role))
         search.measured[from] = measured
       end
     end

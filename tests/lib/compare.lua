@@ -47,14 +47,17 @@ end
 
 -- f(...) with no layer kept across simulations, no model shared and no
 -- step simulated lean: every layer walked, every model built, every step's
--- optimizer simulated with it.
+-- optimizer simulated with it, every layout's pass run (no search replays
+-- a recorded one, parallel.LEAN_SEARCH).
 function M.walked(f, ...)
   local keep, share, lean = compose.keeping, shared_setup.sharing, fit.LEAN_STEPS
+  local replays = par.LEAN_SEARCH
   compose.keeping = function(_, _, g, ...) return g(...) end
   shared_setup.sharing = function(_, _, _, g, ...) return g(...) end
-  fit.LEAN_STEPS = false
+  fit.LEAN_STEPS, par.LEAN_SEARCH = false, false
   local out = table.pack(pcall(f, ...))
   compose.keeping, shared_setup.sharing, fit.LEAN_STEPS = keep, share, lean
+  par.LEAN_SEARCH = replays
   if not out[1] then error(out[2], 0) end
   return table.unpack(out, 2, out.n)
 end

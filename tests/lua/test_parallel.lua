@@ -272,39 +272,59 @@ end
 -- A lean search prices a layout whose forward and backward an earlier one
 -- ran from that pass's recorded windows: every figure it keeps (peaks,
 -- reserved, the categories at the peak, device total, host bytes, counts)
--- is the layout's own budget simulated alone. The layouts below share their
--- passes in several ways (ZeRO stages and FSDP over one rank run, offloads,
--- pipeline stages, two micro-batches, ring buffers, experts).
-function tests.a_lean_search_prices_each_layout_as_simulated_alone()
-  local KEEP = { "device_total_bytes", "peak_bytes", "reserved_bytes", "breakdown",
-    "host_bytes", "nvme_bytes", "param_count", "trainable_param_count", "rank_count",
-    "microbatch_held_bytes", "fits", "headroom_bytes" }
-  local function kept(b)
-    local out = { device_total_bytes = b.device_total_bytes, host_bytes = b.host_bytes,
-      per_rank = {} }
-    for i, e in ipairs(b.per_rank) do
+-- is the layout's own budget simulated alone. check prices each layout
+-- (under each of `variants`, run fields over base_over; default: none)
+-- in one search, compares, and counts the replays.
+local LEAN_KEEP = { "device_total_bytes", "peak_bytes", "reserved_bytes", "breakdown",
+  "host_bytes", "nvme_bytes", "param_count", "trainable_param_count", "rank_count",
+  "microbatch_held_bytes", "fits", "headroom_bytes" }
+-- b's figures, its roles by stage; only those of `stages` (optional): a
+-- search leaves out a middle stage an earlier one stands for (M.budget)
+local function lean_kept(b, stages)
+  local out = { device_total_bytes = b.device_total_bytes, host_bytes = b.host_bytes,
+    per_rank = {} }
+  for _, e in ipairs(b.per_rank) do
+    if not stages or stages[e.stage] then
       local k = {}
-      for _, f in ipairs(KEEP) do k[f] = e[f] end
-      out.per_rank[i] = k
+      for _, f in ipairs(LEAN_KEEP) do k[f] = e[f] end
+      out.per_rank[e.stage] = k
     end
-    return out
   end
-  local function check(base_over, model_over, preset, layouts, gpu)
-    local base = normalize(nil, base_over, model_over, preset)
-    local search, replayed = par.search(base, nil, true), 0
+  return out
+end
+local function lean_check(base_over, model_over, preset, layouts, gpu, variants)
+  local base = normalize(nil, base_over, model_over, preset)
+  local search, replayed = par.search(base, nil, true), 0
+  for _, v in ipairs(variants or { {} }) do
+    local over = {}
+    for k, x in pairs(base_over) do over[k] = x end
+    for k, x in pairs(v) do over[k] = x end
     for _, t in ipairs(layouts) do
-      local r = normalize(t, base_over, model_over, preset)
+      local r = normalize(t, over, model_over, preset)
       local before = 0
       for _ in pairs(search.replays) do before = before + 1 end
       local lean = par.budget(r, gpu, search)
       local after = 0
       for _ in pairs(search.replays) do after = after + 1 end
       if after == before then replayed = replayed + 1 end
-      T.eq(kept(lean), kept(par.budget(r, gpu)), (preset or "qwen2.5-1.5b") .. " "
-        .. par.layout_name(t))
+      local stages = {}
+      for _, e in ipairs(lean.per_rank) do stages[e.stage] = true end
+      local alone = par.budget(r, gpu)
+      local what = (preset or "qwen2.5-1.5b") .. " " .. par.layout_name(t) .. " "
+        .. require("stdlib.run").canonical_text(v)
+      T.eq(lean_kept(lean), lean_kept(alone, stages), what)
+      -- every role but such middle stages
+      T.ok(#lean.per_rank == #alone.per_rank or t.pp > 2, what .. ": roles")
     end
-    return replayed
   end
+  return replayed
+end
+
+-- The layouts below share their passes in several ways (ZeRO stages and
+-- FSDP over one rank run, offloads, pipeline stages, two micro-batches,
+-- ring buffers, experts).
+function tests.a_lean_search_prices_each_layout_as_simulated_alone()
+  local check = lean_check
   local dense = { num_hidden_layers = 4 }
   local zero = { { dp = 4 }, { dp = 4, zero = 1 }, { dp = 4, zero = 2 }, { dp = 4, zero = 3 },
     { dp = 4, fsdp = "full_shard" }, { dp = 4, fsdp = "shard_grad_op" },
@@ -331,6 +351,25 @@ function tests.a_lean_search_prices_each_layout_as_simulated_alone()
     "qwen3_30b_a3b", { { dp = 4, ep = 2, zero = 1 }, { dp = 4, ep = 2, zero = 2 },
       { dp = 4, ep = 2, zero = 3 }, { dp = 4, ep = 4, zero = 3 } })
   T.ok(n >= 28, "most layouts replayed a recorded pass (" .. n .. ")")
+end
+
+-- Runs that differ in their optimizer alone (fit --knobs' 8-bit AdamW, bf16
+-- states, Adafactor), or in their loss on a stage without the head, replay
+-- one record: each one's states and optimizer step its own, every figure
+-- its budget's alone.
+function tests.a_lean_search_replays_across_optimizers_and_headless_losses()
+  local layouts = { { dp = 2, zero = 1 }, { dp = 2 }, { dp = 2, zero = 2 }, { dp = 2, zero = 3 },
+    { dp = 2, fsdp = "full_shard" }, { dp = 2, zero = 2, offload = { optimizer = "cpu" } },
+    { pp = 2, dp = 2, zero = 1 }, { pp = 4, microbatches = 4 }, { tp = 2, pp = 2, zero = 2 } }
+  local variants = { {}, { optimizer = "adam8bit" }, { optimizer = "adafactor" },
+    { optimizer = { name = "adamw", state_dtype = "bf16" } }, { optimizer = "sgd_momentum" },
+    { loss = "liger_fused" }, { loss = { impl = "chunked", chunk_rows = 512 } },
+    { loss = "chunked", optimizer = "adam8bit" } }
+  local n = lean_check({ seq = 256 }, { num_hidden_layers = 4 }, nil, layouts, "h100", variants)
+  -- pp = 1 replays across optimizers (the layouts of one variant share
+  -- their passes as above); a headless stage across losses too
+  T.ok(n >= 50, "most runs replayed a recorded pass (" .. n .. " of " .. #layouts * #variants
+    .. ")")
 end
 
 -- M.budget remembers a rank-local run's measuring key (run.key less the
