@@ -233,10 +233,12 @@ end
 -- dozens of tables (a copy of each per combination cost more than the
 -- rest of the bookkeeping). Nothing downstream writes into a run's tables
 -- (tests/lua/test_fit.lua checks that fit.knobs leaves its run as it was).
--- reads (optional): the layouts read so far (par.read's tables by the
--- layout as written and the micro-batch default it takes from the run,
--- run.grad_accum): a search applies a few layouts to dozens of
--- combinations, and nothing edits a layout once read.
+-- reads (optional): the layouts read so far (par.read's tables, or its
+-- refusals, by the layout as written and the micro-batch default it takes
+-- from the run, run.grad_accum): a search applies a few layouts to dozens
+-- of combinations, and nothing edits a layout once read. A layout lever
+-- edits the layout as written (a copy of L._spec); the run's own layout is
+-- not copied.
 local NO_BASE = {}
 local function apply(run, levers, reads)
   local r, touched = runs.shallow(run), {}
@@ -245,24 +247,30 @@ local function apply(run, levers, reads)
       touched[k] = true
       local v = r[k]
       if type(v) == "table" and v == run[k] and k ~= "sim" then
-        v = copy(v)
+        if k == "parallel" then -- the edits write the layout as written, read again below
+          v = runs.shallow(v)
+          v._spec = copy(v._spec)
+        else
+          v = copy(v)
+        end
         r[k] = v
       end
       return v
     end,
     __newindex = function(_, k, v) touched[k] = true r[k] = v end })
   for _, m in ipairs(levers) do m.edit(view) end
-  if r.parallel then
-    if r.parallel == run.parallel then r.parallel = copy(r.parallel) end
+  if r.parallel then -- (the run's own layout unless an edit read or wrote it)
     touched.parallel = true
     local where = run.parallel and run.parallel.where or "fit"
-    local ok, L = pcall(function()
-      local spec = r.parallel._spec
-      local key = reads and runs.key(spec, NO_BASE) .. "|" .. tostring(r.grad_accum)
-      local read = key and reads[key] or par.read(spec, where, r)
+    local spec = r.parallel._spec
+    local key = reads and runs.key(spec, NO_BASE) .. "|" .. tostring(r.grad_accum)
+    local read = key and reads[key] -- { ok, the layout or the refusal }
+    if not read then
+      read = table.pack(pcall(par.read, spec, where, r))
       if key then reads[key] = read end
-      return par.check(read, r, where)
-    end)
+    end
+    local ok, L = read[1], read[2]
+    if ok then ok, L = pcall(par.check, L, r, where) end
     if not ok then
       if type(L) ~= "table" then error(L, 0) end -- a bug, not a refusal
       return nil, L.msg
