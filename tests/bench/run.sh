@@ -8,7 +8,8 @@
 #   4. side by side with llm-analysis (tests/bench/peer/, Debian's
 #      /usr/bin/python3) on the decoder of examples/specs/qwen2_5_1_5b_full.yaml:
 #      one estimate in-process and one whole process each, as a ratio
-#   5. `vramlua estimate` on every example spec; fit --knobs, fit --gpus 8 (also
+#   5. `vramlua estimate` on every example spec; fit --knobs (also under a
+#      layout, tp2 pp2 dp2), fit --gpus 8 (also
 #      on the 128-expert MoE spec and the fp32-master FSDP spec), a 64 x 64
 #      sweep, and one of each multi-GPU spec (compiled per layout)
 # SECONDS: CPU seconds per in-process figure (default 0.5). Process times
@@ -115,6 +116,10 @@ done
 PPO=examples/specs/qwen3_vl_4b_ppo.yaml
 echo "vramlua estimate $PPO (text, with its timeline): $(wall "$V" estimate "$PPO")"
 echo "vramlua fit $SPEC --gpu rtx4090 --knobs: $(wall "$V" fit "$SPEC" --gpu rtx4090 --knobs)"
+# the same search under a layout (tp2 pp2 dp2, ZeRO-1): 10 levers, each
+# combination priced per pipeline stage
+TP=examples/specs/qwen2_5_7b_tp2_pp2_dp2.yaml
+echo "vramlua fit $TP --gpu h100 --knobs: $(wall "$V" fit "$TP" --gpu h100 --knobs)"
 echo "vramlua fit $SPEC --gpu h100 --gpus 8: $(wall "$V" fit "$SPEC" --gpu h100 --gpus 8)"
 # the two slowest layout searches: 128 experts, and fp32 master weights
 # under autocast (every DDP layout walks its layers under autocast)
