@@ -1084,12 +1084,13 @@ local function simulate(run, L, role, lrun, search, cutoff, measured)
     mkey = mkey or measure_key(lrun, L, role, search.base, measured)
     return mkey
   end
-  -- the pass's name for layers kept across a search's passes, once
+  -- the pass's name for layers kept across a search's passes (or a
+  -- budget's own, M.budget), once
   local names = {}
   local function named(mid)
-    if not (search and compose.is_keeping()) then return nil end
+    if not compose.is_keeping() then return nil end
     local k = mid and 2 or 1
-    names[k] = names[k] or layers_identity(lrun, L, search.base, mid)
+    names[k] = names[k] or layers_identity(lrun, L, search and search.base or run, mid)
     return names[k]
   end
   local function measure() -- the measuring pass, when it is needed
@@ -1180,7 +1181,19 @@ function M.nccl_bytes(L) return comms(L) * M.NCCL_PER_COMM end
 -- the held block, alive over the forward and backward, so the earlier
 -- one's peaks, and its device total, are at least as large; the largest
 -- rank and its figures are the same, per_rank lacks the skipped roles.
+local budget
 function M.budget(run, gpu_name, search)
+  if run.parallel.pp > 1 and not search and not (run.timeline or run.trace)
+    and not compose.is_keeping() then
+    -- a pipeline stage's measuring pass walks the layers its step walks
+    -- again, on alike inputs: the budget's passes keep their layers for
+    -- one another (stdlib/compose.lua M.keeping; the passes' names tell
+    -- them apart), as a search's do
+    return compose.keeping({}, "budget", budget, run, gpu_name)
+  end
+  return budget(run, gpu_name, search)
+end
+function budget(run, gpu_name, search)
   local L = run.parallel
   local per, top, timelines = {}, nil, {}
   local gpu = gpus.find(gpu_name or run.gpu)

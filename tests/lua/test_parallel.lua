@@ -496,6 +496,49 @@ function tests.layouts_of_8_gpus_respect_the_model_and_sort_by_communication()
   T.eq(par.comm_bytes(z3, z3.parallel, P), 3 * 7 * P * 2 // 8)
 end
 
+-- A pipeline's budget keeps its passes' layers for one another (a stage's
+-- measuring pass walks what its step walks again): the whole budget --
+-- every rank's figures, peak phase and op, breakdown, assumptions -- is
+-- the one with every layer walked, for dense (checkpointed or not), MoE,
+-- interleaved stages, two micro-batches of accumulation, sequence and
+-- context parallelism, and its stages' layers are taken, not walked.
+function tests.a_pipeline_budgets_passes_share_their_layers()
+  local compare = require("tests.lib.compare")
+  local compose = require("stdlib.compose")
+  local dense = { num_hidden_layers = 8 }
+  local cases = {
+    { { pp = 2 }, { seq = 512 }, dense },
+    { { pp = 4, microbatches = 8 }, { seq = 256, grad_checkpointing = "full" }, dense },
+    { { pp = 2, tp = 2, sequence_parallel = true, dp = 2, zero = 1 }, { seq = 512 }, dense },
+    { { pp = 2, cp = 2, zero = 2, dp = 2 }, { seq = 512, grad_accum = 2 }, dense },
+    { { pp = 2, virtual_stages = 2, pp_schedule = "interleaved", microbatches = 4 }, { seq = 256 },
+      dense },
+    { { pp = 2, dp = 2, ep = 2, zero = 1 }, { seq = 128, moe = { impl = "grouped" } },
+      dense, "qwen3_30b_a3b" },
+    { { pp = 2, fsdp = "full_shard", dp = 2 }, { seq = 256,
+      precision = { master = "fp32", compute = "bf16" } }, dense },
+  }
+  local taken = 0
+  local take = require("stdlib.compose").kept
+  for _, c in ipairs(cases) do
+    local r = normalize(c[1], c[2], c[3], c[4])
+    local name = par.layout_name(c[1]) .. " " .. require("stdlib.run").canonical_text(c[2])
+    local kept = {}
+    compose.kept = function(identity)
+      local K = take(identity)
+      if K then kept[#kept + 1] = K end
+      return K
+    end
+    local b = par.budget(r, "h100")
+    compose.kept = take
+    T.eq(b, compare.walked(par.budget, r, "h100"), name)
+    local slots = 0
+    for _, K in ipairs(kept) do for _ in pairs(K.cache) do slots = slots + 1 end end
+    if slots > 0 then taken = taken + 1 end
+  end
+  T.ok(taken >= 5, "budgets whose passes kept layers (" .. taken .. " of " .. #cases .. ")")
+end
+
 -- Layers kept from one layout's pass for another's (fit --gpus:
 -- stdlib/compose.lua M.keeping, named by what the layers read) change no
 -- figure: every layout's need, communication and host bytes with them and
