@@ -196,10 +196,12 @@ end
 -- run.optimizer: a name or { name, state_dtype, foreach, weight_decay,
 -- momentum_dtype }; stdlib/run.lua fills what follows from the run.
 local function read_optimizer(opt, trains, where)
+  -- (a name alone is the field run.optimizer, whose line errors give)
+  local field = type(opt) == "string" and "run.optimizer" or "run.optimizer.name"
   if type(opt) == "string" then opt = { name = opt } end
   check_keys(opt, { name = 1, state_dtype = 1, foreach = 1, weight_decay = 1,
     momentum_dtype = 1, paged = 1 }, where, "run.optimizer.")
-  local name = one_of(where, "run.optimizer.name", opt.name, require("stdlib.optim").names,
+  local name = one_of(where, field, opt.name, require("stdlib.optim").names,
     trains and "adamw" or "none")
   -- bitsandbytes' paged optimizers (stdlib/optim.lua)
   local paged = cfgutil.reader(opt, where, "run.optimizer."):bool("paged", false)
@@ -236,11 +238,12 @@ end
 -- Face's cross-entropy only (the other losses fix their own dtype and
 -- reduction).
 local function read_loss(loss, f, where)
+  local field = type(loss) == "string" and "run.loss" or "run.loss.impl" -- (as the optimizer's)
   if type(loss) == "string" then loss = { impl = loss } end
   check_keys(loss, { impl = 1, chunk_rows = 1, chunk_tokens = 1, upcast = 1,
     num_items_in_batch = 1 }, where, "run.loss.")
   local lrd = cfgutil.reader(loss, where, "run.loss.")
-  f.loss = one_of(where, "run.loss.impl", loss.impl, { "cross_entropy", "one_hot", "chunked",
+  f.loss = one_of(where, field, loss.impl, { "cross_entropy", "one_hot", "chunked",
     "hf_legacy", "shift_float", "litgpt_chunked", "liger_fused" }, "cross_entropy")
   f.loss_chunk = lrd:int("chunk_rows", 1024)
   f.loss_chunk_tokens = lrd:int("chunk_tokens", 128) -- litgpt's lm_head_chunk_size
