@@ -1065,8 +1065,10 @@ local MEASURE_SKIP = { parallel = true, master_dtype = true, optimizer = true }
 -- A stage without the head reads no loss field either (models/causal_lm.lua
 -- forward_stage: the embedding or the received activation, then its
 -- layers): runs that differ in their loss kernel share its passes.
-local HEADLESS_SKIP = { parallel = true, master_dtype = true }
-for k in pairs(step.UNREAD_BY_LAYERS) do HEADLESS_SKIP[k] = true end
+local HEADLESS_SKIP = {}
+for _, skip in ipairs({ MEASURE_SKIP, step.UNREAD_BY_LAYERS }) do
+  for k in pairs(skip) do HEADLESS_SKIP[k] = true end
+end
 local function measure_skip(role) return role.last and MEASURE_SKIP or HEADLESS_SKIP end
 local SHAPE_SKIP = { parallel = true } -- one layout's roles: one parallel table
 -- measured (optional): run.key(lrun, base, measure_skip(role)), when known.
