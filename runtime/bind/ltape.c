@@ -968,6 +968,15 @@ static inline bool begin_span(tl_span *spans, size_t *s, size_t nspans, const vr
   return true;
 }
 
+/* Stretch b of the k a timeline of n events is cut into holds the events
+ * i with i * k / n == b: from ceil(b * n / k) to ceil((b + 1) * n / k)
+ * (k <= n: each holds one at least; n < 2^32). Sets *b for event i, the
+ * first of its stretch, and returns the event after its stretch. */
+static inline size_t stretch_at(size_t i, size_t k, size_t n, size_t *b) {
+  *b = (size_t)((uint64_t)i * k / n);
+  return (size_t)((((uint64_t)*b + 1) * n + k - 1) / k);
+}
+
 /* The categories of a lean collect's samples: none (it draws the peak's). */
 static const int64_t NO_CATEGORIES[VR_NCAT];
 
@@ -1007,8 +1016,7 @@ static bool collect_lean(const vr_tl_event *ev, const vr_tl_piece *pc, size_t np
         if (!begin_span(spans, &s, nspans, src + S[x], i0 + S[x])) return false;
       for (size_t j = 0; j < len;) {
         if (i == end) { /* stretch b begins (as in the full pass) */
-          b = (size_t)((uint64_t)i * k / n);
-          end = (size_t)((((uint64_t)b + 1) * n + k - 1) / k);
+          end = stretch_at(i, k, n, &b);
           top = base + P[j];
           keep_point(&pts[b], i, top, NO_CATEGORIES, 0, src + j);
           j++, i++;
@@ -1115,9 +1123,7 @@ static int l_timeline_collect(lua_State *L) {
   /* the full pass, one over the events, in C (no Lua runs until the
    * tables are made): the running sums, the spans, the peak, and each
    * stretch's first highest event, its point written out with its
-   * categories at every new high of the stretch. Stretch b holds the events
-   * i with i * k / n == b: from ceil(b * n / k) to ceil((b + 1) * n / k)
-   * (k <= n: each holds one at least). */
+   * categories at every new high of the stretch (stretch_at). */
   size_t i = 0, b = 0, end = 0, s = 0;
   const vr_tl_event *prev = NULL;
   int64_t live = 0, top = 0, by[VR_NCAT] = {0};
@@ -1135,8 +1141,7 @@ static int l_timeline_collect(lua_State *L) {
           goto miscounted;
         if (live > peak->live) keep_point(peak, i, live, by, seen, e);
         if (i == end) { /* stretch b begins */
-          b = (size_t)((uint64_t)i * k / n);
-          end = (size_t)((((uint64_t)b + 1) * n + k - 1) / k); /* n < 2^32 */
+          end = stretch_at(i, k, n, &b);
           top = live;
           keep_point(&pts[b], i, live, by, seen, e);
         } else if (live > top) {
